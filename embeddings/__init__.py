@@ -1,0 +1,1 @@
+"""Embedding dimension search: mixed-dim tables, DNIS, iHAS (filled by later work)."""

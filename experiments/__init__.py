@@ -1,0 +1,1 @@
+"""Experiments: CLI, demo, HPO, pipeline, configs, benchmarks and results."""

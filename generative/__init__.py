@@ -1,0 +1,1 @@
+"""Generative recommendation with semantic IDs (filled by later work)."""

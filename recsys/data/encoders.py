@@ -1,0 +1,336 @@
+"""Encoders fitted on the training split only, and the encoded columnar arrays they produce.
+
+* :class:`Vocabulary`: categories seen at least ``min_count`` times, ordered by descending
+  frequency (ties by value) so that frequency blocks are contiguous id ranges; id 0 is the
+  reserved out-of-vocabulary (OOV) id, ids ``1..V`` are the vocabulary.
+* hashing (``FeatureSpec.hash_size``): id = 1 + hash(value) mod hash_size, no vocabulary.
+* dense: NaN/inf/missing filled with ``fill_value`` and counted, then ``log1p`` or
+  standardisation with training statistics.
+
+Everything is vectorised with numpy/pandas; no Python loop per row.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recsys.data.raw import RawData
+from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
+
+__all__ = ["EncodeStats", "EncodedData", "Preprocessor", "Vocabulary", "hash_ids", "split_multi"]
+
+OOV_ID = 0
+
+
+def _as_str(values: pd.Series | np.ndarray) -> np.ndarray:
+    """Cells as python strings; None/NaN become the empty string (the 'missing' category)."""
+    s = pd.Series(values, copy=False)
+    if s.dtype != object and not pd.api.types.is_string_dtype(s.dtype):
+        s = s.astype(object)
+    s = s.where(s.notna(), "")
+    return s.astype(str).to_numpy(dtype=object)
+
+
+def hash_ids(tokens: np.ndarray, hash_size: int) -> np.ndarray:
+    """Stable (process-independent) hashing: ``1 + siphash(token) % hash_size``."""
+    h = pd.util.hash_array(np.asarray(tokens, dtype=object), categorize=False)
+    return (h % np.uint64(hash_size)).astype(np.int64) + 1
+
+
+def split_multi(cells: np.ndarray, separator: str) -> tuple[np.ndarray, np.ndarray]:
+    """Split multi-categorical cells into (flat tokens, per-row lengths). Empty cell -> length 0."""
+    s = pd.Series(cells, dtype=object)
+    parts = s.str.split(separator, regex=False)
+    parts = parts.map(lambda p: [t for t in p if t != ""])
+    lengths = parts.map(len).to_numpy(dtype=np.int32)
+    flat = parts.explode().dropna().to_numpy(dtype=object)
+    return flat, lengths
+
+
+@dataclass
+class Vocabulary:
+    """Categories in descending training frequency; id ``i + 1`` is ``tokens[i]``, 0 is OOV."""
+
+    tokens: list[str]
+    counts: list[int]
+
+    @classmethod
+    def fit(cls, tokens: np.ndarray, min_count: int = 1) -> Vocabulary:
+        uniq, counts = np.unique(np.asarray(tokens, dtype=str), return_counts=True)
+        keep = counts >= min_count
+        uniq, counts = uniq[keep], counts[keep]
+        order = np.lexsort((uniq, -counts))  # by count desc, then token for determinism
+        return cls(tokens=[str(t) for t in uniq[order]], counts=[int(c) for c in counts[order]])
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def num_embeddings(self) -> int:
+        return len(self.tokens) + 1
+
+    def encode(self, tokens: np.ndarray) -> np.ndarray:
+        index = pd.Index(self.tokens, dtype=object)
+        return index.get_indexer(np.asarray(tokens, dtype=object)).astype(np.int64) + 1
+
+
+@dataclass
+class EncodeStats:
+    """Counts made while encoding one split."""
+
+    rows: int = 0
+    oov: dict[str, int] = field(default_factory=dict)  # ids mapped to OOV per sparse feature
+    dense_filled: dict[str, int] = field(default_factory=dict)  # NaN/inf/missing filled
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rows": self.rows, "oov": dict(self.oov), "dense_filled": dict(self.dense_filled)}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> EncodeStats:
+        return cls(rows=int(d["rows"]), oov=dict(d["oov"]), dense_filled=dict(d["dense_filled"]))
+
+
+@dataclass
+class EncodedData:
+    """Encoded columnar arrays of one split.
+
+    Attributes:
+        values: per sparse feature, the flat ids (int64, ``sum(lengths)``).
+        lengths: per sparse feature, ids per row (int32, N).
+        dense: dense features (float32, N x D_dense), in schema order.
+        labels: float32 (N,).
+    """
+
+    sparse_names: list[str]
+    dense_names: list[str]
+    values: dict[str, np.ndarray]
+    lengths: dict[str, np.ndarray]
+    dense: np.ndarray
+    labels: np.ndarray
+    stats: EncodeStats = field(default_factory=EncodeStats)
+
+    def __len__(self) -> int:
+        return int(self.labels.shape[0])
+
+    def offsets(self, name: str) -> np.ndarray:
+        """Row start offsets into ``values[name]`` (int64, N + 1)."""
+        out = np.zeros(len(self) + 1, dtype=np.int64)
+        np.cumsum(self.lengths[name], out=out[1:])
+        return out
+
+    def take(self, rows: np.ndarray) -> EncodedData:
+        """Rows ``rows`` (in that order) as a new EncodedData; vectorised gather."""
+        rows = np.asarray(rows, dtype=np.int64)
+        values, lengths = {}, {}
+        for name in self.sparse_names:
+            values[name], lengths[name] = gather_jagged(
+                self.values[name], self.offsets(name), self.lengths[name], rows
+            )
+        return EncodedData(
+            self.sparse_names,
+            self.dense_names,
+            values,
+            lengths,
+            self.dense[rows],
+            self.labels[rows],
+            EncodeStats(rows=len(rows), oov=dict(self.stats.oov), dense_filled=dict(self.stats.dense_filled)),
+        )
+
+    # -- cache -----------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        from recsys.io import atomic_path
+
+        arrays: dict[str, np.ndarray] = {"dense": self.dense, "labels": self.labels}
+        for i, name in enumerate(self.sparse_names):
+            arrays[f"v{i}"] = self.values[name]
+            arrays[f"l{i}"] = self.lengths[name]
+        meta = {"sparse": self.sparse_names, "dense": self.dense_names, "stats": self.stats.to_dict()}
+        arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
+        with atomic_path(path) as tmp:
+            with open(tmp, "wb") as fh:
+                np.savez(fh, **arrays)
+
+    @classmethod
+    def load(cls, path: str | Path) -> EncodedData:
+        with np.load(path, allow_pickle=False) as z:
+            meta = json.loads(z["meta"].tobytes().decode())
+            names = meta["sparse"]
+            return cls(
+                names,
+                meta["dense"],
+                {n: z[f"v{i}"] for i, n in enumerate(names)},
+                {n: z[f"l{i}"] for i, n in enumerate(names)},
+                z["dense"],
+                z["labels"],
+                EncodeStats.from_dict(meta["stats"]),
+            )
+
+
+def gather_jagged(
+    values: np.ndarray, offsets: np.ndarray, lengths: np.ndarray, rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gather the jagged rows ``rows``: returns (flat values, lengths). Vectorised."""
+    lens = lengths[rows]
+    if lens.size and (lens == 1).all() and len(values) == len(lengths):
+        return values[rows], lens
+    starts = offsets[rows]
+    total = int(lens.sum())
+    out_start = np.zeros(len(rows), dtype=np.int64)
+    np.cumsum(lens[:-1], out=out_start[1:])
+    idx = np.repeat(starts - out_start, lens) + np.arange(total, dtype=np.int64)
+    return values[idx], lens
+
+
+class Preprocessor:
+    """Encoders for one schema; ``fit`` on the training split, ``transform`` any split.
+
+    Example::
+
+        pre = Preprocessor(raw.schema).fit(raw.frame.iloc[train_rows])
+        train = pre.transform(raw.frame.iloc[train_rows])
+        pre.fitted_schema.sparse[0].num_embeddings  # vocabulary size + 1 (OOV)
+    """
+
+    def __init__(self, schema: Schema) -> None:
+        self.schema = schema
+        self.vocabularies: dict[str, Vocabulary] = {}
+        self.dense_stats: dict[str, tuple[float, float]] = {}
+        self.fitted = False
+
+    # -- fit -------------------------------------------------------------------------------
+    def fit(self, frame: pd.DataFrame) -> Preprocessor:
+        for spec in self.schema.sparse:
+            if spec.hash_size is None:
+                self.vocabularies[spec.name] = Vocabulary.fit(self._tokens(spec, frame[spec.name]), spec.min_count)
+        for spec in self.schema.dense:
+            x, _ = self._dense_raw(spec, frame[spec.name])
+            std = float(x.std()) if x.size else 1.0
+            self.dense_stats[spec.name] = (float(x.mean()) if x.size else 0.0, std if std > 0 else 1.0)
+        self.fitted = True
+        return self
+
+    @property
+    def fitted_schema(self) -> Schema:
+        """The schema with ``num_embeddings`` set for every sparse feature."""
+        self._check_fitted()
+        from dataclasses import replace
+
+        feats = []
+        for f in self.schema.features:
+            if f.is_sparse:
+                n = f.hash_size + 1 if f.hash_size is not None else self.vocabularies[f.name].num_embeddings
+                f = replace(f, num_embeddings=n)
+            feats.append(f)
+        return replace(self.schema, features=tuple(feats))
+
+    # -- transform -------------------------------------------------------------------------
+    def transform(self, frame: pd.DataFrame | RawData) -> EncodedData:
+        self._check_fitted()
+        if isinstance(frame, RawData):
+            frame = frame.frame
+        stats = EncodeStats(rows=len(frame))
+        values, lengths = {}, {}
+        for spec in self.schema.sparse:
+            ids, lens = self.encode_sparse(spec, frame[spec.name])
+            values[spec.name], lengths[spec.name] = ids, lens
+            stats.oov[spec.name] = int((ids == OOV_ID).sum())
+        dense_cols = []
+        for spec in self.schema.dense:
+            x, filled = self.encode_dense(spec, frame[spec.name])
+            dense_cols.append(x)
+            stats.dense_filled[spec.name] = filled
+        n = len(frame)
+        dense = np.stack(dense_cols, axis=1) if dense_cols else np.zeros((n, 0), dtype=np.float32)
+        label = self.schema.label
+        labels = frame[label].to_numpy(dtype=np.float32) if label in frame else np.zeros(n, np.float32)
+        return EncodedData(
+            self.schema.sparse_names, self.schema.dense_names, values, lengths, dense.astype(np.float32), labels, stats
+        )
+
+    def encode_sparse(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        tokens = self._cells(spec, cells)
+        if spec.kind is FeatureKind.MULTI_CATEGORICAL:
+            tokens, lens = split_multi(tokens, spec.separator)
+        else:
+            lens = np.ones(len(tokens), dtype=np.int32)
+        if spec.hash_size is not None:
+            ids = hash_ids(tokens, spec.hash_size)
+        else:
+            ids = self.vocabularies[spec.name].encode(tokens)
+        return ids.astype(np.int64), lens
+
+    def encode_dense(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> tuple[np.ndarray, int]:
+        x, filled = self._dense_raw(spec, cells, fill=True)
+        if spec.transform is DenseTransform.LOG1P:
+            x = np.log1p(np.clip(x, 0.0, None))
+        elif spec.transform is DenseTransform.STANDARDIZE:
+            mean, std = self.dense_stats[spec.name]
+            x = (x - mean) / std
+        return x.astype(np.float32), filled
+
+    # -- helpers ---------------------------------------------------------------------------
+    def _cells(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> np.ndarray:
+        """Cells as strings with the feature's missing value mapped to the empty string."""
+        tokens = _as_str(cells)
+        if spec.missing_value is not None:
+            tokens[tokens == str(spec.missing_value)] = ""
+        return tokens
+
+    def _tokens(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> np.ndarray:
+        """The flat tokens of a column (multi-categorical cells split)."""
+        tokens = self._cells(spec, cells)
+        if spec.kind is FeatureKind.MULTI_CATEGORICAL:
+            return split_multi(tokens, spec.separator)[0]
+        return tokens
+
+    def _dense_raw(self, spec: FeatureSpec, cells: pd.Series | np.ndarray, fill: bool = False) -> tuple[np.ndarray, int]:
+        x = pd.to_numeric(pd.Series(cells, copy=False), errors="coerce").to_numpy(dtype=np.float64)
+        if spec.missing_value is not None and not isinstance(spec.missing_value, str):
+            x = np.where(x == float(spec.missing_value), np.nan, x)
+        bad = ~np.isfinite(x)
+        if not fill:
+            return x[~bad], int(bad.sum())
+        x = np.where(bad, spec.fill_value, x)
+        return x, int(bad.sum())
+
+    def _check_fitted(self) -> None:
+        if not self.fitted:
+            raise RuntimeError("Preprocessor is not fitted: call fit() on the training split first")
+
+    # -- state -----------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """JSON-able state: schema, vocabularies (tokens in id order) and dense statistics."""
+        self._check_fitted()
+        return {
+            "schema": self.fitted_schema.to_dict(),
+            "vocabularies": {k: {"tokens": v.tokens, "counts": v.counts} for k, v in self.vocabularies.items()},
+            "dense_stats": {k: list(v) for k, v in self.dense_stats.items()},
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any]) -> Preprocessor:
+        from dataclasses import replace
+
+        schema = Schema.from_dict(state["schema"])
+        # the unfitted spec is what fit() saw; num_embeddings is recomputed from the vocabularies
+        schema = replace(schema, features=tuple(replace(f, num_embeddings=None) for f in schema.features))
+        pre = cls(schema)
+        pre.vocabularies = {k: Vocabulary(list(v["tokens"]), list(v["counts"])) for k, v in state["vocabularies"].items()}
+        pre.dense_stats = {k: (float(v[0]), float(v[1])) for k, v in state["dense_stats"].items()}
+        pre.fitted = True
+        return pre
+
+    def save(self, path: str | Path) -> None:
+        from recsys.io import atomic_write_json
+
+        atomic_write_json(path, self.state_dict())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Preprocessor:
+        return cls.from_state_dict(json.loads(Path(path).read_text()))

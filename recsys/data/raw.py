@@ -1,0 +1,122 @@
+"""What every reader returns: a column frame indexed by source line, its schema and a report."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recsys.data.schema import Schema, SchemaError
+
+__all__ = ["DataError", "RawData", "ReadReport", "check_labels", "resolve_data_path"]
+
+#: environment variable naming the folder that holds the real datasets
+DATA_DIR_ENV = "SALIENCE_DATA_DIR"
+
+
+class DataError(ValueError):
+    """Raw data is malformed; the message names the file and line (or column)."""
+
+
+@dataclass
+class ReadReport:
+    """What a reader saw: rows read, rows skipped (with their line numbers), notes."""
+
+    source: str
+    rows_read: int = 0
+    rows_skipped: int = 0
+    skipped_lines: list[int] = field(default_factory=list)  # first 1000 skipped line numbers
+    notes: dict[str, Any] = field(default_factory=dict)
+
+    def skip(self, lines: list[int] | np.ndarray) -> None:
+        lines = [int(x) for x in lines]
+        self.rows_skipped += len(lines)
+        room = 1000 - len(self.skipped_lines)
+        if room > 0:
+            self.skipped_lines.extend(lines[:room])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "rows_read": self.rows_read,
+            "rows_skipped": self.rows_skipped,
+            "skipped_lines": self.skipped_lines[:50],
+            **self.notes,
+        }
+
+
+@dataclass
+class RawData:
+    """A raw dataset as columns.
+
+    ``frame`` has one column per schema feature plus the label column (int 0/1). Its index is
+    the 1-based line number in the source file, so later checks can name the offending line.
+    Sparse cells are strings (missing = empty string); multi-categorical cells are strings of
+    ids joined by the feature's separator; dense cells are floats (NaN = missing).
+    """
+
+    frame: pd.DataFrame
+    schema: Schema
+    report: ReadReport
+
+    def __post_init__(self) -> None:
+        missing = [c for c in [*self.schema.names, self.schema.label] if c not in self.frame.columns]
+        if missing:
+            raise SchemaError(
+                f"{self.report.source}: columns {missing} are not in the data; "
+                f"available columns: {list(self.frame.columns)}"
+            )
+        if len(self.frame) == 0:
+            raise DataError(f"{self.report.source}: the dataset is empty (no data rows)")
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def labels(self) -> np.ndarray:
+        return self.frame[self.schema.label].to_numpy(dtype=np.float32)
+
+    def select(self, names: list[str]) -> RawData:
+        """Keep only the features ``names`` (the label stays)."""
+        schema = self.schema.select(names)
+        return RawData(self.frame[[*schema.names, schema.label]], schema, self.report)
+
+
+def check_labels(labels: pd.Series, source: str) -> pd.Series:
+    """Return labels as int8 in {0, 1}; raise naming the first bad line otherwise."""
+    numeric = pd.to_numeric(labels, errors="coerce")
+    bad = ~numeric.isin([0, 1])
+    if bad.any():
+        line = labels.index[np.argmax(bad.to_numpy())]
+        raise DataError(
+            f"{source}:{line}: label {labels.loc[line]!r} is outside {{0, 1}} "
+            f"({int(bad.sum())} bad label(s) in all)"
+        )
+    return numeric.astype(np.int8)
+
+
+def resolve_data_path(path: str | os.PathLike[str] | None, default: str) -> Path:
+    """Resolve a dataset path.
+
+    ``path`` wins when it exists; a relative path (or ``default`` when ``path`` is None) is
+    otherwise looked up under ``$SALIENCE_DATA_DIR``. Raises ``FileNotFoundError`` naming
+    every place that was tried.
+    """
+    tried: list[Path] = []
+    candidate = Path(path) if path is not None else Path(default)
+    if path is not None:
+        tried.append(candidate)
+        if candidate.exists():
+            return candidate
+    root = os.environ.get(DATA_DIR_ENV)
+    if root and not candidate.is_absolute():
+        under = Path(root) / candidate
+        tried.append(under)
+        if under.exists():
+            return under
+    hint = "" if root else f" (set {DATA_DIR_ENV} to the folder that holds the datasets)"
+    raise FileNotFoundError(f"dataset path not found: {', '.join(map(str, tried)) or candidate}{hint}")

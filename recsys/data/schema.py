@@ -1,0 +1,251 @@
+"""Typed description of a tabular recommendation dataset: one :class:`FeatureSpec` per field.
+
+A :class:`Schema` is what every downstream component speaks: encoders are fitted from it,
+batches are laid out in its feature order and models size their embedding tables from it.
+It round-trips through JSON/YAML so a user's own data needs a schema file and no code.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from enum import Enum, unique
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DenseTransform", "FeatureKind", "FeatureSpec", "Schema", "SchemaError"]
+
+
+class SchemaError(ValueError):
+    """A schema (or a config that names features) does not match the data."""
+
+
+@unique
+class FeatureKind(str, Enum):
+    """What a field holds."""
+
+    CATEGORICAL = "categorical"  # one id per row (user id, app, hashed Criteo C1..C26)
+    MULTI_CATEGORICAL = "multi_categorical"  # a variable-length bag of ids per row (genres)
+    DENSE = "dense"  # one float per row (Criteo I1..I13)
+
+
+@unique
+class DenseTransform(str, Enum):
+    """Transform applied to a dense value before it reaches the model."""
+
+    NONE = "none"  # keep the raw value
+    LOG1P = "log1p"  # Criteo style: log(1 + max(x, 0)) for counts
+    STANDARDIZE = "standardize"  # (x - mean) / std with statistics of the training split
+
+
+@dataclass(frozen=True)
+class FeatureSpec:
+    """One input field.
+
+    Args:
+        name (str): column name in the raw data and key in the KJT.
+        kind (FeatureKind): categorical, multi-categorical or dense.
+        embedding_dim (int): width of this feature's embedding table (sparse kinds only).
+        missing_value (str | float | None): raw value that means "missing"; for sparse kinds
+            missing becomes its own category, for dense it is filled with ``fill_value``.
+        min_count (int): categories seen fewer times in the training split map to the
+            out-of-vocabulary id.
+        hash_size (int | None): when set, categories are hashed into this many buckets instead
+            of getting a vocabulary (``num_embeddings = hash_size + 1``, id 0 stays OOV).
+        separator (str): separator of the ids inside one cell of a multi-categorical field.
+        transform (DenseTransform): dense transform.
+        fill_value (float): value used for missing, NaN or infinite dense inputs.
+        num_embeddings (int | None): size of the embedding table; set by the encoders when they
+            are fitted (vocabulary size + 1 for the OOV id at row 0).
+    """
+
+    name: str
+    kind: FeatureKind = FeatureKind.CATEGORICAL
+    embedding_dim: int = 16
+    missing_value: str | float | None = None
+    min_count: int = 1
+    hash_size: int | None = None
+    separator: str = "|"
+    transform: DenseTransform = DenseTransform.NONE
+    fill_value: float = 0.0
+    num_embeddings: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", FeatureKind(self.kind))
+        object.__setattr__(self, "transform", DenseTransform(self.transform))
+        if not self.name:
+            raise SchemaError("feature name must be a non-empty string")
+        if self.is_sparse and self.embedding_dim <= 0:
+            raise SchemaError(f"feature {self.name!r}: embedding_dim must be > 0")
+        if self.min_count < 1:
+            raise SchemaError(f"feature {self.name!r}: min_count must be >= 1")
+        if self.hash_size is not None and self.hash_size < 1:
+            raise SchemaError(f"feature {self.name!r}: hash_size must be >= 1")
+
+    @property
+    def is_sparse(self) -> bool:
+        return self.kind is not FeatureKind.DENSE
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["kind"] = self.kind.value
+        out["transform"] = self.transform.value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FeatureSpec:
+        unknown = set(data) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise SchemaError(
+                f"feature {data.get('name')!r}: unknown keys {sorted(unknown)}; "
+                f"allowed: {sorted(cls.__dataclass_fields__)}"
+            )
+        return cls(**dict(data))
+
+
+@dataclass(frozen=True)
+class Schema:
+    """Ordered features plus the label column.
+
+    Sparse features keep their order (it is the KJT key order and the seam order); dense
+    features keep theirs (it is the column order of the dense tensor).
+    """
+
+    features: tuple[FeatureSpec, ...]
+    label: str = "label"
+    name: str = "dataset"
+    extras: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "features", tuple(self.features))
+        names = [f.name for f in self.features]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise SchemaError(f"duplicate feature names: {dupes}")
+        if self.label in names:
+            raise SchemaError(f"label column {self.label!r} is also listed as a feature")
+        if not self.features:
+            raise SchemaError("a schema needs at least one feature")
+
+    # -- views ---------------------------------------------------------------------------
+    @property
+    def sparse(self) -> tuple[FeatureSpec, ...]:
+        return tuple(f for f in self.features if f.is_sparse)
+
+    @property
+    def dense(self) -> tuple[FeatureSpec, ...]:
+        return tuple(f for f in self.features if not f.is_sparse)
+
+    @property
+    def sparse_names(self) -> list[str]:
+        return [f.name for f in self.sparse]
+
+    @property
+    def dense_names(self) -> list[str]:
+        return [f.name for f in self.dense]
+
+    @property
+    def names(self) -> list[str]:
+        return [f.name for f in self.features]
+
+    def __getitem__(self, name: str) -> FeatureSpec:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise SchemaError(f"unknown feature {name!r}; available: {self.names}")
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    # -- derived schemas -----------------------------------------------------------------
+    def select(self, names: Iterable[str]) -> Schema:
+        """The schema restricted to ``names`` (kept in this schema's order)."""
+        wanted = list(names)
+        self.check_columns(wanted, what="selected features")
+        keep = set(wanted)
+        return replace(self, features=tuple(f for f in self.features if f.name in keep))
+
+    def drop(self, names: Iterable[str]) -> Schema:
+        names = list(names)
+        self.check_columns(names, what="dropped features")
+        gone = set(names)
+        return replace(self, features=tuple(f for f in self.features if f.name not in gone))
+
+    def with_dims(self, dims: Mapping[str, int]) -> Schema:
+        """A copy with per-feature embedding dims replaced."""
+        self.check_columns(dims, what="embedding dims")
+        return replace(
+            self,
+            features=tuple(
+                replace(f, embedding_dim=int(dims[f.name])) if f.name in dims else f
+                for f in self.features
+            ),
+        )
+
+    def with_uniform_dim(self, dim: int) -> Schema:
+        return self.with_dims({f.name: dim for f in self.sparse})
+
+    def check_columns(self, names: Iterable[str], what: str = "features") -> None:
+        missing = [n for n in names if n not in self.names]
+        if missing:
+            raise SchemaError(f"{what} {missing} are not in the data; available columns: {self.names}")
+
+    @property
+    def is_fitted(self) -> bool:
+        return all(f.num_embeddings is not None for f in self.sparse)
+
+    # -- files -----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "label": self.label,
+            "features": [f.to_dict() for f in self.features],
+            **({"extras": self.extras} if self.extras else {}),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "schema") -> Schema:
+        if "features" not in data:
+            raise SchemaError(f"{source}: missing key 'features'")
+        feats = []
+        for i, raw in enumerate(data["features"]):
+            if isinstance(raw, str):
+                raw = {"name": raw}
+            try:
+                feats.append(FeatureSpec.from_dict(raw))
+            except (TypeError, ValueError) as e:
+                raise SchemaError(f"{source}: features[{i}]: {e}") from e
+        return cls(
+            features=tuple(feats),
+            label=data.get("label", "label"),
+            name=data.get("name", "dataset"),
+            extras=dict(data.get("extras", {})),
+        )
+
+    def save(self, path: str | Path) -> None:
+        from recsys.io import atomic_write_text
+
+        path = Path(path)
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
+        else:
+            atomic_write_text(path, json.dumps(self.to_dict(), indent=2))
+
+    @classmethod
+    def load(cls, path: str | Path) -> Schema:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"schema file not found: {path}")
+        text = path.read_text()
+        if path.suffix in (".yaml", ".yml"):
+            import yaml
+
+            data = yaml.safe_load(text)
+        else:
+            data = json.loads(text)
+        if not isinstance(data, Mapping):
+            raise SchemaError(f"{path}: expected a mapping at the top level")
+        return cls.from_dict(data, source=str(path))

@@ -1,0 +1,19 @@
+"""Ranking models on TorchRec embedding bags, with the seam where importance modules plug in."""
+
+from recsys.models.archs import DCNv2, DLRM, DeepFM
+from recsys.models.base import EmbeddingKernel, FusedOptimizer, MLP, RankingModel, SparseArch, SparseArchConfig
+from recsys.models.seam import IdentitySeam, SeamTransform
+
+__all__ = [
+    "DCNv2",
+    "DLRM",
+    "DeepFM",
+    "EmbeddingKernel",
+    "FusedOptimizer",
+    "IdentitySeam",
+    "MLP",
+    "RankingModel",
+    "SeamTransform",
+    "SparseArch",
+    "SparseArchConfig",
+]

@@ -1,0 +1,202 @@
+"""Shared pieces of the ranking models: the sparse arch (plain or FBGEMM-fused EBC), MLPs and
+the :class:`RankingModel` base that routes everything through the seam.
+
+    KJT ──► SparseArch (EBC, one table per feature, own dim) ──► {name: B x D_f} ─┐
+                                                                                   ├─► seam ─► interaction ─► logit B
+    dense B x D_dense ─────────────────────────────────────────────────────────────┘
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, unique
+from typing import Any
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import EmbeddingBagConfig, PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from recsys.data.schema import Schema
+from recsys.models.seam import IdentitySeam, SeamTransform
+
+__all__ = ["EmbeddingKernel", "FusedOptimizer", "MLP", "RankingModel", "SparseArch", "SparseArchConfig"]
+
+
+@unique
+class EmbeddingKernel(str, Enum):
+    """How embedding tables are stored and updated."""
+
+    PLAIN = "plain"  # torchrec EmbeddingBagCollection; embeddings updated by the dense optimizer
+    FUSED = "fused"  # FBGEMM FusedEmbeddingBagCollection; optimizer fused into backward
+
+
+@unique
+class FusedOptimizer(str, Enum):
+    """Optimizers FBGEMM runs inside the fused backward on CPU (fused Adam is refused on CPU)."""
+
+    SGD = "sgd"  # plain SGD
+    ADAGRAD = "adagrad"  # element-wise Adagrad
+    ROWWISE_ADAGRAD = "rowwise_adagrad"  # one Adagrad accumulator per embedding row
+
+
+@dataclass(frozen=True)
+class SparseArchConfig:
+    """Embedding storage.
+
+    Args:
+        kernel: plain EBC or FBGEMM-fused EBC.
+        fused_optimizer: the optimizer fused into backward (``kernel="fused"`` only).
+        fused_lr: learning rate of the fused optimizer.
+        pooling: how multi-hot bags are pooled.
+    """
+
+    kernel: EmbeddingKernel = EmbeddingKernel.PLAIN
+    fused_optimizer: FusedOptimizer = FusedOptimizer.ADAGRAD
+    fused_lr: float = 0.05
+    pooling: str = "sum"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def table_configs(schema: Schema, pooling: str = "sum") -> list[EmbeddingBagConfig]:
+    """One ``EmbeddingBagConfig`` per sparse feature (table ``t_<name>``)."""
+    if not schema.is_fitted:
+        raise ValueError("the schema must be fitted (num_embeddings known): use Preprocessor.fitted_schema")
+    pool = PoolingType.MEAN if pooling == "mean" else PoolingType.SUM
+    return [
+        EmbeddingBagConfig(
+            name=f"t_{f.name}",
+            embedding_dim=f.embedding_dim,
+            num_embeddings=int(f.num_embeddings or 0),
+            feature_names=[f.name],
+            pooling=pool,
+        )
+        for f in schema.sparse
+    ]
+
+
+class SparseArch(nn.Module):
+    """Embedding lookup for every sparse feature.
+
+    Args:
+        schema: fitted schema (its sparse features give the tables).
+        config: plain or fused kernel.
+
+    Call:
+        kjt: KeyedJaggedTensor with the schema's sparse keys.
+
+    Returns:
+        ``Dict[str, Tensor]``: feature -> pooled embedding B x D_f.
+    """
+
+    def __init__(self, schema: Schema, config: SparseArchConfig | None = None) -> None:
+        super().__init__()
+        config = config or SparseArchConfig()
+        self.kernel = EmbeddingKernel(config.kernel)
+        tables = table_configs(schema, config.pooling)
+        self.feature_names: list[str] = schema.sparse_names
+        self.embedding_bag_collection: nn.Module
+        if self.kernel is EmbeddingKernel.FUSED:
+            from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+            opt = FusedOptimizer(config.fused_optimizer)
+            if opt is FusedOptimizer.ROWWISE_ADAGRAD:
+                from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+                opt_cls: type = RowWiseAdagrad
+            else:
+                opt_cls = torch.optim.SGD if opt is FusedOptimizer.SGD else torch.optim.Adagrad
+            # build a plain EBC first so that both kernels start from the same initial weights
+            plain = EmbeddingBagCollection(tables=tables)
+            self.embedding_bag_collection = FusedEmbeddingBagCollection(
+                tables=tables,
+                optimizer_type=opt_cls,
+                optimizer_kwargs={"lr": config.fused_lr},
+                device=torch.device("cpu"),
+            )
+            self.embedding_bag_collection.load_state_dict(plain.state_dict())
+        else:
+            self.embedding_bag_collection = EmbeddingBagCollection(tables=tables)
+
+    def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
+        return self.embedding_bag_collection(kjt).to_dict()
+
+    @property
+    def is_fused(self) -> bool:
+        return self.kernel is EmbeddingKernel.FUSED
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.embedding_bag_collection.parameters())
+
+
+class MLP(nn.Sequential):
+    """Linear -> ReLU (-> Dropout) stack; ``last_activation=False`` leaves the last layer linear."""
+
+    def __init__(self, in_features: int, sizes: list[int], dropout: float = 0.0, last_activation: bool = True) -> None:
+        layers: list[nn.Module] = []
+        for i, size in enumerate(sizes):
+            layers.append(nn.Linear(in_features, size))
+            if last_activation or i < len(sizes) - 1:
+                layers.append(nn.ReLU())
+                if dropout > 0:
+                    layers.append(nn.Dropout(dropout))
+            in_features = size
+        super().__init__(*layers)
+        self.out_features = in_features
+
+
+class RankingModel(nn.Module):
+    """Base of DLRM / DCNv2 / DeepFM.
+
+    Subclasses implement :meth:`interact` on the (possibly transformed) seam output.
+
+    Args:
+        schema: fitted schema.
+        sparse_arch: embedding kernel settings.
+        seam: transform at the seam (identity by default).
+
+    Call:
+        dense: B x D_dense float.
+        sparse: KJT with the schema's sparse keys.
+
+    Returns:
+        logits, B.
+    """
+
+    def __init__(self, schema: Schema, sparse_arch: SparseArchConfig | None = None, seam: SeamTransform | None = None) -> None:
+        super().__init__()
+        self.schema = schema
+        self.sparse_names: list[str] = schema.sparse_names
+        self.embedding_dims: list[int] = [f.embedding_dim for f in schema.sparse]
+        self.num_dense: int = len(schema.dense)
+        self.sparse_arch = SparseArch(schema, sparse_arch)
+        self.seam: SeamTransform = seam if seam is not None else IdentitySeam()
+
+    def embed(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        """The seam output: (per-feature pooled embeddings, dense), after the seam transform."""
+        return self.seam(self.sparse_arch(sparse), dense)
+
+    def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
+        emb, dense = self.embed(dense, sparse)
+        return self.interact(emb, dense)
+
+    def interact(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def set_seam(self, seam: SeamTransform) -> None:
+        self.seam = seam
+
+    def stacked(self, sparse: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+        """Seam embeddings as a list in feature order (never rely on dict/KeyedTensor order)."""
+        return [sparse[name] for name in self.sparse_names]
+
+    def dense_parameters(self) -> list[nn.Parameter]:
+        """Parameters the dense optimizer updates (all but fused embedding tables)."""
+        if self.sparse_arch.is_fused:
+            fused = {id(p) for p in self.sparse_arch.parameters()}
+            return [p for p in self.parameters() if id(p) not in fused]
+        return list(self.parameters())
+
+    def embedding_parameters(self) -> int:
+        return self.sparse_arch.num_parameters()

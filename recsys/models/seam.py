@@ -1,0 +1,46 @@
+"""The seam: pooled per-feature embeddings + dense features, between sparse arch and interaction.
+
+Every importance method is a :class:`SeamTransform`: LeAP mixes fields with shuffled replicas,
+DNIS masks dimensions, iHAS gates instance-wise, permutation importance shuffles one field.
+A backbone calls ``sparse, dense = seam(sparse, dense)`` before its interaction, so any
+backbone works with any transform.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+__all__ = ["IdentitySeam", "SeamTransform"]
+
+
+class SeamTransform(nn.Module):
+    """Base class of transforms at the seam.
+
+    ``forward`` takes and returns:
+
+    * ``sparse``: ``Dict[str, Tensor]``, feature name -> pooled embedding B x D_f, in the
+      model's sparse feature order;
+    * ``dense``: B x D_dense float tensor (D_dense may be 0).
+
+    Subclasses may add a training penalty through :meth:`regularization`; the training module
+    adds it to the loss.
+    """
+
+    def forward(
+        self, sparse: dict[str, torch.Tensor], dense: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        raise NotImplementedError
+
+    def regularization(self) -> torch.Tensor:
+        """Extra loss term (scalar); zero by default."""
+        return torch.zeros(())
+
+
+class IdentitySeam(SeamTransform):
+    """The default: passes everything through unchanged."""
+
+    def forward(
+        self, sparse: dict[str, torch.Tensor], dense: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        return sparse, dense

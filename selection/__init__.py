@@ -1,0 +1,1 @@
+"""Feature importance and selection: OutRank, permutation importance, LeAP (filled by later work)."""
