@@ -25,8 +25,9 @@ from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.encoders import EncodedData, gather_jagged
+from recsys.data.schema import Schema
 
-__all__ = ["Batch", "BatchDataset", "make_batch"]
+__all__ = ["Batch", "BatchDataset", "make_batch", "random_batch"]
 
 
 def make_batch(data: EncodedData, rows: np.ndarray, offsets: dict[str, np.ndarray] | None = None) -> Batch:
@@ -100,3 +101,31 @@ class BatchDataset(IterableDataset[Batch]):
             order = np.arange(n)
         for i in range(len(self)):
             yield make_batch(self.data, order[i * self.batch_size : (i + 1) * self.batch_size], self._offsets)
+
+
+def random_batch(
+    schema: Schema, batch_size: int, seed: int = 0, max_bag: int = 5
+) -> Batch:
+    """A random batch for a fitted schema: ids in each table's range (OOV id 0 included),
+    bag lengths 0..``max_bag`` for multi-categorical features, standard-normal dense values.
+    Used for parity checks and benchmarks.
+    """
+    from recsys.data.schema import FeatureKind
+
+    g = np.random.default_rng(seed)
+    values, lengths = [], []
+    for f in schema.sparse:
+        if f.kind is FeatureKind.MULTI_CATEGORICAL:
+            ln = g.integers(0, max_bag + 1, batch_size).astype(np.int32)
+        else:
+            ln = np.ones(batch_size, dtype=np.int32)
+        values.append(g.integers(0, int(f.num_embeddings or 1), int(ln.sum())).astype(np.int64))
+        lengths.append(ln)
+    kjt = KeyedJaggedTensor(
+        keys=schema.sparse_names,
+        values=torch.from_numpy(np.concatenate(values) if values else np.zeros(0, np.int64)),
+        lengths=torch.from_numpy(np.concatenate(lengths) if lengths else np.zeros(0, np.int32)),
+    )
+    dense = torch.from_numpy(g.standard_normal((batch_size, len(schema.dense))).astype(np.float32))
+    labels = torch.from_numpy(g.integers(0, 2, batch_size).astype(np.float32))
+    return Batch(dense_features=dense, sparse_features=kjt, labels=labels)

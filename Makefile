@@ -1,0 +1,38 @@
+# Salience: `make demo` and `make test` set everything up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-stamp
+MLFLOW_URI ?= $(or $(MLFLOW_TRACKING_URI),sqlite:///mlflow.db)
+UI_PORT ?= 5000
+
+.PHONY: venv demo test test-all ui bench clean
+
+$(STAMP): requirements/cpu.txt pyproject.toml requirements/fbgemm-gpu-shim/pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --upgrade --quiet pip
+	$(PY) -m pip install --quiet -r requirements/cpu.txt
+	$(PY) -m pip install --quiet --no-deps -e .
+	$(PY) -m pip check
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: venv
+	$(VENV)/bin/salience demo
+
+test: venv
+	$(PY) -m pytest -q
+
+test-all: venv
+	$(PY) -m pytest -q -m "slow or not slow"
+
+ui: venv
+	$(VENV)/bin/mlflow ui --backend-store-uri "$(MLFLOW_URI)" --host 127.0.0.1 --port $(UI_PORT)
+
+bench: venv
+	$(VENV)/bin/salience bench throughput
+	$(VENV)/bin/salience bench quality
+
+clean:
+	rm -rf .cache runs mlflow.db

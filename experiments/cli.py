@@ -1,0 +1,96 @@
+"""The ``salience`` command.
+
+    salience fit|validate|test|predict --config experiments/configs/frappe_dcnv2.yaml
+    salience export --checkpoint CKPT --output DIR
+    salience demo
+    salience bench throughput|quality [ARGS]
+
+``fit`` and friends are LightningCLI subcommands (see ``salience fit --help``); the others are
+plain argparse commands. Later stages (rank, select, dims, tune) register here too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Callable, Sequence
+
+LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
+
+
+def _export(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="salience export", description="Export a checkpoint to TorchScript for serving.")
+    parser.add_argument("--checkpoint", required=True, help="Lightning checkpoint written by `salience fit`")
+    parser.add_argument("--output", required=True, help="output folder (model.pt, schema.json, loader.py)")
+    parser.add_argument("--no-parity", action="store_true", help="skip the eager-vs-exported check in a fresh process")
+    args = parser.parse_args(argv)
+
+    from recsys.train.checkpoint import export_checkpoint
+
+    report = export_checkpoint(args.checkpoint, args.output, check_parity=not args.no_parity)
+    print(f"exported {args.checkpoint} -> {args.output}")
+    if report.get("parity_max_abs_diff") is not None:
+        print(f"parity (fresh process): max |eager - exported| = {report['parity_max_abs_diff']:.2e}")
+    return 0
+
+
+def _demo(argv: Sequence[str]) -> int:
+    from experiments.demo import main as demo_main
+
+    return demo_main(list(argv))
+
+
+def _bench(argv: Sequence[str]) -> int:
+    parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
+    parser.add_argument("name", choices=["throughput", "quality"])
+    args, rest = parser.parse_known_args(argv)
+    if args.name == "throughput":
+        from experiments.benchmarks.train_throughput import main as bench_main
+    else:
+        from experiments.benchmarks.quality import main as bench_main
+    return int(bench_main(rest) or 0)
+
+
+COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
+    "export": (_export, "export a checkpoint to TorchScript + schema.json + loader.py"),
+    "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality)"),
+}
+
+
+def _usage() -> str:
+    lines = [__doc__.strip(), "", "commands:"]
+    for name in LIGHTNING_SUBCOMMANDS:
+        lines.append(f"  {name:<10} Lightning {name} of a ranking model (--config FILE)")
+    for name, (_, help_text) in COMMANDS.items():
+        lines.append(f"  {name:<10} {help_text}")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    for name in ("recsys", "experiments", "selection", "embeddings", "generative"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        if not logger.handlers:
+            logger.addHandler(handler)
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command in LIGHTNING_SUBCOMMANDS:
+        from recsys.train.cli import run_cli
+
+        run_cli([command, *rest])
+        return 0
+    if command in COMMANDS:
+        return COMMANDS[command][0](rest)
+    print(f"salience: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

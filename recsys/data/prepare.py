@@ -1,0 +1,174 @@
+"""Raw data -> encoded train/val/test splits, cached on disk.
+
+The one place that turns a :class:`~recsys.data.readers.base.Reader` into model-ready arrays:
+read, select features, seeded split, fit encoders on the training split only, encode every
+split, and cache the result keyed by the reader's fingerprint and the options.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recsys.data.encoders import EncodedData, Preprocessor
+from recsys.data.raw import DataError, RawData
+from recsys.data.readers.base import Reader
+from recsys.data.schema import Schema
+from recsys.io import atomic_write_json
+
+__all__ = ["PreparedData", "SplitConfig", "prepare_data", "split_indices"]
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """Seeded random split fractions (train, val, test); they must sum to 1."""
+
+    train: float = 0.8
+    val: float = 0.1
+    test: float = 0.1
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        parts = (self.train, self.val, self.test)
+        if any(p < 0 for p in parts) or abs(sum(parts) - 1.0) > 1e-6 or self.train <= 0:
+            raise ValueError(f"split fractions must be >= 0, train > 0 and sum to 1, got {parts}")
+
+
+def split_indices(n: int, split: SplitConfig) -> dict[str, np.ndarray]:
+    """Deterministic seeded permutation cut into train/val/test row indices (each sorted)."""
+    perm = np.random.default_rng(split.seed).permutation(n)
+    n_train = int(round(split.train * n))
+    n_val = int(round(split.val * n))
+    cuts = {"train": perm[:n_train], "val": perm[n_train : n_train + n_val], "test": perm[n_train + n_val :]}
+    return {k: np.sort(v) for k, v in cuts.items()}
+
+
+@dataclass
+class PreparedData:
+    """Encoded splits plus everything needed to reproduce or serve them."""
+
+    splits: dict[str, EncodedData]
+    preprocessor: Preprocessor
+    summary: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def schema(self) -> Schema:
+        """The fitted schema (``num_embeddings`` set)."""
+        return self.preprocessor.fitted_schema
+
+    def save(self, folder: Path) -> None:
+        tmp = folder.with_name(folder.name + ".tmp")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        tmp.mkdir(parents=True)
+        for name, data in self.splits.items():
+            data.save(tmp / f"{name}.npz")
+        self.preprocessor.save(tmp / "preprocessor.json")
+        atomic_write_json(tmp / "summary.json", self.summary)
+        if folder.exists():
+            shutil.rmtree(folder)
+        tmp.rename(folder)
+
+    @classmethod
+    def load(cls, folder: Path) -> PreparedData:
+        splits = {name: EncodedData.load(folder / f"{name}.npz") for name in SPLITS if (folder / f"{name}.npz").exists()}
+        return cls(
+            splits,
+            Preprocessor.load(folder / "preprocessor.json"),
+            json.loads((folder / "summary.json").read_text()),
+        )
+
+
+def _check_split(name: str, labels: np.ndarray, source: str) -> None:
+    if len(labels) == 0:
+        raise DataError(f"{source}: the {name} split is empty; use more data or other split fractions")
+    classes = np.unique(labels)
+    if len(classes) < 2:
+        raise DataError(
+            f"{source}: the {name} split has only one class (label={classes[0]:g}, {len(labels)} rows); "
+            "AUC needs both clicks and non-clicks"
+        )
+
+
+def _apply_options(
+    raw: RawData, features: list[str] | None, drop_features: list[str] | None, embedding_dim: int | None
+) -> RawData:
+    if features:
+        raw = raw.select(features)
+    if drop_features:
+        raw.schema.check_columns(drop_features, what="drop_features")
+        raw = raw.select([n for n in raw.schema.names if n not in set(drop_features)])
+    if embedding_dim is not None:
+        raw = RawData(raw.frame, raw.schema.with_uniform_dim(embedding_dim), raw.report)
+    return raw
+
+
+def prepare_data(
+    reader: Reader,
+    split: SplitConfig | None = None,
+    features: list[str] | None = None,
+    drop_features: list[str] | None = None,
+    embedding_dim: int | None = None,
+    cache_dir: str | Path | None = None,
+) -> PreparedData:
+    """Read, split, fit encoders on train only, encode all splits; cache when ``cache_dir`` is set.
+
+    Args:
+        reader: the dataset reader.
+        split: split fractions and seed.
+        features: keep only these features (error lists the available columns otherwise).
+        drop_features: drop these features.
+        embedding_dim: override every sparse feature's embedding dim.
+        cache_dir: folder for the encoded-data cache (None disables caching).
+
+    Returns:
+        PreparedData with ``splits["train"|"val"|"test"]``.
+    """
+    split = split or SplitConfig()
+    key_blob = json.dumps(
+        [reader.fingerprint(), split.__dict__, features, drop_features, embedding_dim], sort_keys=True, default=str
+    )
+    key = hashlib.sha256(key_blob.encode()).hexdigest()[:16]
+    folder = Path(cache_dir) / f"{reader.name}-{key}" if cache_dir is not None else None
+    if folder is not None and (folder / "summary.json").exists():
+        try:
+            prepared = PreparedData.load(folder)
+            log.info("loaded encoded %s data from cache %s", reader.name, folder)
+            return prepared
+        except (OSError, ValueError, KeyError) as e:  # a damaged cache is rebuilt, never trusted
+            log.warning("ignoring unreadable cache %s: %s", folder, e)
+
+    raw = _apply_options(reader.read(), features, drop_features, embedding_dim)
+    source = raw.report.source
+    rows = split_indices(len(raw), split)
+    labels = raw.labels
+    for name in SPLITS:
+        if name == "train" or len(rows[name]):
+            _check_split(name, labels[rows[name]], source)
+    frame = raw.frame
+    pre = Preprocessor(raw.schema).fit(frame.iloc[rows["train"]])
+    splits = {name: pre.transform(frame.iloc[idx]) for name, idx in rows.items() if len(idx)}
+    summary = {
+        "dataset": reader.name,
+        "source": source,
+        "read": raw.report.to_dict(),
+        "split": {**split.__dict__, **{f"{k}_rows": int(len(v)) for k, v in rows.items()}},
+        "features": {"sparse": len(raw.schema.sparse), "dense": len(raw.schema.dense)},
+        "encode": {name: data.stats.to_dict() for name, data in splits.items()},
+        "ctr": {name: float(data.labels.mean()) for name, data in splits.items()},
+    }
+    prepared = PreparedData(splits, pre, summary)
+    if folder is not None:
+        prepared.save(folder)
+    return prepared

@@ -1,0 +1,311 @@
+"""Shared low-level helpers of the text readers: read bytes, find bad rows by line, coerce numbers.
+
+The common path is vectorised: a file is read into memory once, newline and separator
+positions are found with numpy, and the field count of every line comes from a
+``searchsorted`` over those positions, so malformed lines are found (and named by their
+1-based line number) before pandas parses the clean remainder with its C engine.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from recsys.data.raw import DataError, ReadReport
+
+__all__ = ["NA_TOKENS", "Lines", "check_parsed", "drop_lines", "read_bytes", "scan_lines", "sep_name", "to_float"]
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_CHUNK = 1 << 24
+
+#: text that means "missing" in a (non-integer) numeric column, compared case-insensitively
+NA_TOKENS = frozenset({"", "nan", "-nan", "na", "n/a", "null", "none"})
+
+_SEP_NAMES = {"\t": "tab", ",": "comma", " ": "space", ";": "semicolon", "|": "pipe"}
+
+
+def sep_name(sep: str) -> str:
+    """A readable name of a one-character separator ("tab", "comma", ...)."""
+    return _SEP_NAMES.get(sep, repr(sep))
+
+
+def read_bytes(path: Path, max_lines: int | None = None) -> bytes:
+    """The content of ``path`` (gzip detected by its magic bytes), optionally its first lines.
+
+    Args:
+        path: file to read.
+        max_lines: when set, only the first ``max_lines`` lines are returned (read in chunks,
+            so a huge file is not read to the end).
+
+    Returns:
+        The raw bytes.
+    """
+    with open(path, "rb") as fh:
+        gz = fh.read(2) == _GZIP_MAGIC
+    opener = gzip.open if gz else open
+    with opener(path, "rb") as fh:
+        if max_lines is None:
+            return fh.read()
+        if max_lines <= 0:
+            return b""
+        parts: list[bytes] = []
+        seen = 0
+        while True:
+            chunk = fh.read(_CHUNK)
+            if not chunk:
+                break
+            n = chunk.count(b"\n")
+            if seen + n >= max_lines:
+                cut = -1
+                for _ in range(max_lines - seen):
+                    cut = chunk.index(b"\n", cut + 1)
+                parts.append(chunk[: cut + 1])
+                break
+            parts.append(chunk)
+            seen += n
+        return b"".join(parts)
+
+
+@dataclass
+class Lines:
+    """The clean part of a text file.
+
+    Attributes:
+        data: the file content with the bad lines removed (the header, if any, is kept).
+        lines: 1-based source line number of every remaining data record, in order.
+        header: the header fields when the file has a header row, else None.
+    """
+
+    data: bytes
+    lines: np.ndarray
+    header: list[str] | None = None
+
+
+def _line_bounds(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Start offsets and end offsets (position of the '\\n' or EOF) of every physical line."""
+    ends = np.flatnonzero(arr == 10)
+    if arr.size and arr[-1] != 10:
+        ends = np.append(ends, arr.size)
+    starts = np.empty_like(ends)
+    if ends.size:
+        starts[0] = 0
+        starts[1:] = ends[:-1] + 1
+    return starts, ends
+
+
+def drop_lines(data: bytes, keep: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> bytes:
+    """``data`` without the physical lines where ``keep`` is False (vectorised byte mask)."""
+    if keep.all():
+        return data
+    arr = np.frombuffer(data, dtype=np.uint8)
+    sizes = np.minimum(ends + 1, arr.size) - starts  # line bytes including its '\n'
+    mask = np.repeat(keep, sizes)
+    return arr[mask].tobytes()
+
+
+def _default_message(sep: str) -> Callable[[int, int], str]:
+    def message(expected: int, found: int) -> str:
+        return f"expected {expected} {sep_name(sep)}-separated fields, found {found}"
+
+    return message
+
+
+def scan_lines(
+    data: bytes,
+    *,
+    source: str,
+    sep: str,
+    expected: int | None,
+    report: ReadReport,
+    skip_bad_rows: bool = False,
+    header: bool = False,
+    quoted: bool = False,
+    encoding: str = "utf-8",
+    message: Callable[[int, int], str] | None = None,
+) -> Lines:
+    """Check the field count of every line; raise on the first bad one or drop and count them.
+
+    Blank lines count as bad rows. Without ``quoted`` a field count is the number of ``sep``
+    bytes plus one (no per-line Python); with ``quoted`` (CSV with ``"``-quoted fields that may
+    hold separators or newlines) records are counted with :mod:`csv`, one Python step a record.
+
+    Args:
+        data: file content.
+        source: file name used in error messages.
+        sep: one-character field separator.
+        expected: fields per row; None takes the header's field count (needs ``header``).
+        report: receives skipped line numbers.
+        skip_bad_rows: drop bad rows (and count them in ``report``) instead of raising.
+        header: line 1 is a header row.
+        quoted: fields may be quoted (``"``), see above.
+        encoding: text encoding (header decoding and ``quoted`` mode).
+        message: ``(expected, found) -> str`` describing a wrong field count.
+
+    Returns:
+        The clean content and the line number of every remaining data record.
+
+    Raises:
+        DataError: empty file, missing header, or (without ``skip_bad_rows``) a bad row; the
+            message names ``source`` and the line.
+    """
+    if len(sep) != 1:
+        raise ValueError(f"sep must be one character, got {sep!r}")
+    message = message or _default_message(sep)
+    if not data.strip():
+        raise DataError(f"{source}: the file is empty")
+    arr = np.frombuffer(data, dtype=np.uint8)
+    starts, ends = _line_bounds(arr)
+    header_fields: list[str] | None = None
+
+    if quoted:
+        rec_start, rec_end, counts = _quoted_records(data.decode(encoding), sep)
+    else:
+        sep_pos = np.flatnonzero(arr == ord(sep))
+        before = np.searchsorted(sep_pos, ends)
+        counts = np.diff(before, prepend=0) + 1
+        rec_start = rec_end = np.arange(1, ends.size + 1, dtype=np.int64)
+        # a line holding nothing (or only '\r') is blank: no fields at all
+        content = ends - starts
+        has_cr = (content > 0) & (arr[np.maximum(ends - 1, 0)] == 13)
+        counts = np.where(content - has_cr == 0, 0, counts)
+
+    if header:
+        if rec_start.size == 0 or counts[0] == 0:
+            raise DataError(f"{source}:1: expected a header row, found an empty line")
+        first = data[starts[0] : ends[rec_end[0] - 1]].decode(encoding).rstrip("\r")
+        header_fields = next(csv.reader([first], delimiter=sep)) if quoted else first.split(sep)
+        if expected is None:
+            expected = len(header_fields)
+        rec_start, rec_end, counts = rec_start[1:], rec_end[1:], counts[1:]
+    if expected is None:
+        raise ValueError("scan_lines needs expected or header=True")
+
+    bad = counts != expected
+    if bad.any():
+        bad_idx = np.flatnonzero(bad)
+        if not skip_bad_rows:
+            i = bad_idx[0]
+            what = "empty line" if counts[i] == 0 else message(expected, int(counts[i]))
+            raise DataError(
+                f"{source}:{rec_start[i]}: {what} ({bad_idx.size} bad row(s) in all; "
+                "skip_bad_rows=True drops them)"
+            )
+        report.skip(rec_start[bad_idx])
+        keep = np.ones(ends.size, dtype=bool)
+        for s, e in zip(rec_start[bad_idx], rec_end[bad_idx]):  # loop over bad records only
+            keep[s - 1 : e] = False
+        data = drop_lines(data, keep, starts, ends)
+    lines = rec_start[~bad]
+    if lines.size == 0:
+        detail = f" ({int(bad.sum())} bad row(s) skipped)" if bad.any() else ""
+        raise DataError(f"{source}: no data rows{detail}")
+    return Lines(data=data, lines=lines.astype(np.int64), header=header_fields)
+
+
+def _quoted_records(text: str, sep: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first line, last line, field count) of every CSV record, quotes honoured."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+    first, last, counts = [], [], []
+    prev = 0
+    for row in reader:
+        first.append(prev + 1)
+        last.append(reader.line_num)
+        counts.append(len(row))
+        prev = reader.line_num
+    as_arr = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
+    return as_arr(first), as_arr(last), as_arr(counts)
+
+
+def check_parsed(frame: pd.DataFrame, lines: np.ndarray, source: str) -> pd.DataFrame:
+    """Index ``frame`` by ``lines``; raise if pandas saw a different number of records."""
+    if len(frame) != len(lines):
+        raise DataError(
+            f"{source}: parsed {len(frame)} rows but the line scan found {len(lines)}; the file "
+            "likely holds stray carriage returns or quote characters"
+        )
+    frame.index = pd.Index(lines, name="line")
+    return frame
+
+
+def to_float(
+    frame: pd.DataFrame,
+    columns: Iterable[str],
+    *,
+    source: str,
+    report: ReadReport,
+    skip_bad_rows: bool = False,
+    integer: bool = False,
+    unit: str = "line",
+) -> pd.DataFrame:
+    """Convert text columns to float64 (NaN = missing); raise on or drop rows with bad numbers.
+
+    Missing is the empty string, or with ``integer=False`` also a token of :data:`NA_TOKENS`;
+    ``inf``/``-inf`` pass through (the encoder fills and counts them). With ``integer=True``
+    a value must be a finite whole number.
+
+    Args:
+        frame: indexed by source line (or row) number.
+        columns: columns to convert.
+        source: file name used in error messages.
+        report: receives skipped line numbers.
+        skip_bad_rows: drop rows with a bad value instead of raising.
+        integer: require whole numbers.
+        unit: what the index counts ("line" or "row"), for messages.
+
+    Returns:
+        The frame with those columns as float64 (bad rows dropped when skipping).
+
+    Raises:
+        DataError: naming source, line and column of the first bad value.
+    """
+    columns = list(columns)
+    converted: dict[str, np.ndarray] = {}
+    bad_any = np.zeros(len(frame), dtype=bool)
+    first_bad: tuple[int, str, str] | None = None
+    for col in columns:
+        cells = frame[col]
+        if pd.api.types.is_numeric_dtype(cells.dtype) and not pd.api.types.is_bool_dtype(cells.dtype):
+            x = cells.to_numpy(dtype=np.float64, na_value=np.nan)
+            bad = np.zeros(len(x), dtype=bool)
+            if integer:
+                bad = np.isinf(x) | (np.isfinite(x) & (x != np.round(x)))
+        else:
+            x = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+            nan = np.isnan(x)
+            bad = np.zeros(len(x), dtype=bool)
+            if nan.any():
+                text = cells[nan].astype(object).where(cells[nan].notna(), "").astype(str).str.strip()
+                ok = text.eq("") if integer else text.str.lower().isin(NA_TOKENS)
+                bad[nan] = ~ok.to_numpy(dtype=bool)
+            if integer:
+                fin = np.isfinite(x)
+                bad |= np.isinf(x) | (fin & (x != np.round(np.where(fin, x, 0.0))))
+        if bad.any():
+            pos = int(np.argmax(bad))
+            if first_bad is None or pos < first_bad[0]:
+                first_bad = (pos, col, str(cells.iloc[pos]))
+            bad_any |= bad
+        converted[col] = x
+    out = frame.assign(**converted)
+    if not bad_any.any():
+        return out
+    if not skip_bad_rows:
+        assert first_bad is not None
+        pos, col, value = first_bad
+        kind = "an integer" if integer else "a number"
+        raise DataError(
+            f"{source}:{frame.index[pos]}: column {col!r}: {value!r} is not {kind} "
+            f"({int(bad_any.sum())} bad {unit}(s) in all; skip_bad_rows=True drops them)"
+        )
+    report.skip(frame.index[bad_any].to_numpy())
+    out = out[~bad_any]
+    if len(out) == 0:
+        raise DataError(f"{source}: no data rows left after skipping {int(bad_any.sum())} bad {unit}(s)")
+    return out

@@ -1,0 +1,389 @@
+"""TorchScript export of a ranking model for serving with plain tensor inputs.
+
+An export directory holds::
+
+    model.pt      TorchScript of ServingModule(model): (values, lengths, dense) -> probabilities B
+    schema.json   feature order, kinds, dims, vocabularies (id order, 0 = OOV), hashing rule,
+                  dense transforms and statistics, label, versions, metadata
+    loader.py     standalone loader (torch + fbgemm_gpu + stdlib): load(dir), predict(records)
+
+Serving inputs for F sparse features and B rows (the KJT is built inside the module)::
+
+    values  = [ids of feature 0 (int64, sum of its lengths), ..., ids of feature F-1]
+    lengths = [ids per row of feature 0 (int32/int64, B), ...,  of feature F-1 (B)]
+    dense   = B x D_dense float32 (already transformed; D_dense may be 0)
+
+The module is scripted (never traced), so batch sizes and bag lengths are free at call time.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+from torchrec.modules.embedding_configs import PoolingType
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
+
+from recsys.data.encoders import Preprocessor
+from recsys.data.schema import FeatureKind, Schema
+from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch, SparseArchConfig
+
+__all__ = [
+    "EXPORT_FORMAT",
+    "ExportError",
+    "ExportResult",
+    "ServingModule",
+    "export_model",
+    "export_schema",
+    "kjt_to_lists",
+    "load_exported",
+    "read_export_schema",
+    "synthetic_inputs",
+    "to_plain_kernel",
+]
+
+EXPORT_FORMAT = "salience-export/1"
+MODEL_FILE, SCHEMA_FILE, LOADER_FILE = "model.pt", "schema.json", "loader.py"
+HASH_RULE = (
+    "id = 1 + h % hash_size, h = pandas.util.hash_array(np.array([token], dtype=object), categorize=False)[0]: "
+    "siphash-2-4 of the UTF-8 token with key '0123456789123456', then pandas' 64-bit mixer "
+    "(h ^= h>>30; h *= 0xBF58476D1CE4E5B9; h ^= h>>27; h *= 0x94D049BB133111EB; h ^= h>>31)"
+)
+PARITY_ATOL = 1e-5  # export refuses a scripted module further than this from eager (float32 sums)
+
+
+class ExportError(RuntimeError):
+    """The exported module does not reproduce the eager model, or the inputs are inconsistent."""
+
+
+class ServingModule(nn.Module):
+    """A ranking model behind plain tensor inputs; returns click probabilities.
+
+    Args:
+        model: a plain-kernel :class:`RankingModel` (see :func:`to_plain_kernel` for fused ones).
+
+    Call:
+        values (List[Tensor]): per sparse feature (model order), flat int64 ids.
+        lengths (List[Tensor]): per sparse feature, ids per row (int32 or int64), B each.
+        dense (Tensor): B x D_dense float32, D_dense may be 0.
+
+    Returns:
+        Tensor: sigmoid(logits), B.
+
+    Example::
+
+        scripted = torch.jit.script(ServingModule(model.eval()))
+        probs = scripted([v_user, v_genres], [l_user, l_genres], dense)  # B
+    """
+
+    def __init__(self, model: RankingModel) -> None:
+        super().__init__()
+        if model.sparse_arch.is_fused:
+            raise ValueError("ServingModule needs the plain embedding kernel: convert with to_plain_kernel(model)")
+        self.model = model
+        self.feature_names: list[str] = list(model.sparse_names)
+        self.num_dense: int = int(model.num_dense)
+
+    def forward(self, values: list[torch.Tensor], lengths: list[torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
+        n = len(self.feature_names)
+        if len(values) != n or len(lengths) != n:
+            raise ValueError(
+                "expected " + str(n) + " sparse features " + str(self.feature_names) + ", got "
+                + str(len(values)) + " values and " + str(len(lengths)) + " lengths"
+            )
+        if dense.dim() != 2 or dense.size(1) != self.num_dense:
+            raise ValueError("dense must be B x " + str(self.num_dense) + ", got " + str(dense.shape))
+        batch = dense.size(0)
+        for i in range(n):
+            if lengths[i].numel() != batch:
+                raise ValueError(
+                    "lengths of feature " + self.feature_names[i] + " has " + str(lengths[i].numel())
+                    + " rows, dense has " + str(batch)
+                )
+            if int(lengths[i].sum()) != values[i].numel():
+                raise ValueError(
+                    "feature " + self.feature_names[i] + ": sum(lengths)=" + str(int(lengths[i].sum()))
+                    + " != len(values)=" + str(values[i].numel())
+                )
+        kjt = KeyedJaggedTensor(
+            keys=self.feature_names,
+            values=torch.cat(values).to(torch.int64),
+            lengths=torch.cat(lengths).to(torch.int32),
+        )
+        return torch.sigmoid(self.model(dense.to(torch.float32), kjt))
+
+
+# -- inputs --------------------------------------------------------------------------------
+def kjt_to_lists(kjt: KeyedJaggedTensor, names: list[str]) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Per-feature (values, lengths) of ``kjt`` in the order ``names`` (not the KJT's order)."""
+    per_key = kjt.to_dict()
+    return [per_key[n].values() for n in names], [per_key[n].lengths() for n in names]
+
+
+def synthetic_inputs(
+    schema: Schema, batch_size: int, max_bag: int = 3, generator: torch.Generator | None = None
+) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
+    """Random valid serving inputs: ids in ``[0, num_embeddings)``, bags of 0..max_bag ids.
+
+    Returns:
+        (values per sparse feature int64, lengths per sparse feature int32 B, dense B x D float32).
+    """
+    g = generator if generator is not None else torch.Generator().manual_seed(0)
+    values, lengths = [], []
+    for f in schema.sparse:
+        if f.kind is FeatureKind.MULTI_CATEGORICAL:
+            lens = torch.randint(0, max_bag + 1, (batch_size,), generator=g, dtype=torch.int32)
+        else:
+            lens = torch.ones(batch_size, dtype=torch.int32)
+        values.append(torch.randint(0, int(f.num_embeddings or 1), (int(lens.sum()),), generator=g))
+        lengths.append(lens)
+    return values, lengths, torch.randn(batch_size, len(schema.dense), generator=g)
+
+
+def _kjt(names: list[str], values: list[torch.Tensor], lengths: list[torch.Tensor]) -> KeyedJaggedTensor:
+    return KeyedJaggedTensor(keys=names, values=torch.cat(values), lengths=torch.cat(lengths).to(torch.int32))
+
+
+@contextmanager
+def _eval_mode(*modules: nn.Module) -> Iterator[None]:
+    """Eval mode and no_grad inside; every submodule's training flag restored after."""
+    flags = [[(m, m.training) for m in root.modules()] for root in modules]
+    try:
+        for root in modules:
+            root.eval()
+        with torch.no_grad():
+            yield
+    finally:
+        for group in flags:
+            for m, flag in group:
+                m.training = flag
+
+
+# -- fused -> plain --------------------------------------------------------------------------
+def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
+    """A copy of a fused-kernel model with a plain (scriptable) ``EmbeddingBagCollection``.
+
+    The FBGEMM ``FusedEmbeddingBagCollection`` is not scriptable but has the same state-dict
+    keys as the plain one: the copy gets a plain :class:`SparseArch` (same pooling) loaded with
+    the fused weights; everything else is deep-copied. A plain model is returned unchanged.
+
+    Args:
+        model: the trained model.
+        check: compare both models on a random batch and raise :class:`ExportError` when they
+            differ by more than ``PARITY_ATOL``.
+    """
+    fused = model.sparse_arch
+    if not fused.is_fused:
+        return model
+    configs = fused.embedding_bag_collection.embedding_bag_configs()
+    pooling = "mean" if configs and configs[0].pooling == PoolingType.MEAN else "sum"
+    plain = SparseArch(model.schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN, pooling=pooling))
+    plain.load_state_dict({k: v.detach().clone() for k, v in fused.state_dict().items()})
+    out = copy.deepcopy(model, memo={id(fused): plain})  # the fused arch is never copied
+    plain.train(fused.training)
+    if check:
+        values, lengths, dense = synthetic_inputs(model.schema, 16)
+        kjt = _kjt(model.sparse_names, values, lengths)
+        with _eval_mode(model, out):
+            diff = float((model(dense, kjt) - out(dense, kjt)).abs().max())
+        if not diff <= PARITY_ATOL:
+            raise ExportError(f"plain-kernel copy differs from the fused model by {diff:.3g} (> {PARITY_ATOL})")
+    return out
+
+
+# -- export ------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ExportResult:
+    """What :func:`export_model` wrote.
+
+    Attributes:
+        output_dir: the export directory.
+        model_path / schema_path / loader_path: its three files.
+        max_abs_diff: max |eager - scripted| probability on random batches at export time.
+        converted_from_fused: the model used the fused kernel and was rebuilt on the plain one.
+    """
+
+    output_dir: Path
+    model_path: Path
+    schema_path: Path
+    loader_path: Path
+    max_abs_diff: float
+    converted_from_fused: bool
+
+
+def export_schema(model: RankingModel, preprocessor: Preprocessor) -> Schema:
+    """The preprocessor's fitted schema restricted to, and ordered like, the model's features.
+
+    Embedding dims come from the model (it may have been built with other dims); vocabulary
+    sizes must agree. Raises ``ValueError`` when model and preprocessor do not match.
+    """
+    fitted = preprocessor.fitted_schema
+    missing = [n for n in model.schema.names if n not in fitted.names]
+    if missing:
+        raise ValueError(f"model features {missing} are not in the preprocessor's schema {fitted.names}")
+    feats = []
+    for f in model.schema.features:
+        p = fitted[f.name]
+        if p.kind is not f.kind or (f.is_sparse and p.num_embeddings != f.num_embeddings):
+            raise ValueError(
+                f"feature {f.name!r}: model has kind={f.kind.value}, num_embeddings={f.num_embeddings}; "
+                f"preprocessor has kind={p.kind.value}, num_embeddings={p.num_embeddings}"
+            )
+        feats.append(replace(p, embedding_dim=f.embedding_dim))
+    schema = replace(fitted, features=tuple(feats))
+    if schema.sparse_names != list(model.sparse_names):
+        raise ValueError(f"sparse order {schema.sparse_names} != model order {model.sparse_names}")
+    return schema
+
+
+def _schema_json(model: RankingModel, pre: Preprocessor, schema: Schema, metadata: dict[str, Any]) -> dict[str, Any]:
+    import recsys
+
+    return {
+        "format": EXPORT_FORMAT,
+        "salience_version": recsys.__version__,
+        "torch_version": torch.__version__,
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "model_class": type(model).__name__,
+        "trained_kernel": model.sparse_arch.kernel.value,
+        "label": schema.label,
+        "sparse_features": schema.sparse_names,
+        "dense_features": schema.dense_names,
+        "schema": schema.to_dict(),
+        "vocabularies": {f.name: list(pre.vocabularies[f.name].tokens) for f in schema.sparse if f.hash_size is None},
+        "vocabulary_rule": "id = 1 + index in the token list (descending training frequency); 0 = out of vocabulary",
+        "hashing": {f.name: {"hash_size": f.hash_size, "rule": HASH_RULE} for f in schema.sparse if f.hash_size},
+        "dense_stats": {f.name: list(pre.dense_stats[f.name]) for f in schema.dense},
+        "dense_rule": "missing/NaN/inf -> fill_value; log1p: log1p(max(x, 0)); standardize: (x - mean) / std",
+        "serving_signature": {
+            "forward": "forward(values: List[Tensor], lengths: List[Tensor], dense: Tensor) -> Tensor",
+            "values": "per sparse feature in sparse_features order: flat int64 ids",
+            "lengths": "per sparse feature: ids per row, int32 or int64, B each",
+            "dense": "B x len(dense_features) float32, after the dense transforms",
+            "output": "click probabilities, B",
+        },
+        "metadata": metadata,
+    }
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextmanager
+def _atomic_dir(output_dir: Path) -> Iterator[Path]:
+    """Yield a temp folder next to ``output_dir``; on success it replaces ``output_dir``.
+
+    An existing ``output_dir`` is replaced only when it is empty or a previous export (has a
+    ``schema.json``); anything else raises ``FileExistsError`` before any work is done.
+    """
+    if output_dir.exists() and not (
+        output_dir.is_dir() and ((output_dir / SCHEMA_FILE).is_file() or not any(output_dir.iterdir()))
+    ):
+        raise FileExistsError(f"{output_dir} exists and is not an export directory; refusing to overwrite it")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        if output_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".old", dir=output_dir.parent))
+            os.replace(output_dir, old)
+            os.replace(tmp, output_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, output_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def export_model(
+    model: RankingModel,
+    preprocessor: Preprocessor,
+    output_dir: str | Path,
+    metadata: dict[str, Any] | None = None,
+) -> ExportResult:
+    """Script ``model`` behind :class:`ServingModule` and write an export directory atomically.
+
+    Writes ``model.pt`` (TorchScript; ``schema.json`` is also embedded as an extra file),
+    ``schema.json`` and ``loader.py`` into a temp folder, checks the scripted module against
+    the eager model on random batches, then renames the folder onto ``output_dir``. Fused
+    models are first rebuilt on the plain kernel (:func:`to_plain_kernel`). The model's
+    training flags are left as they were.
+
+    Args:
+        model: trained ranking model (plain or fused kernel).
+        preprocessor: the fitted preprocessor the model was trained with.
+        output_dir: export directory (replaced if it holds a previous export).
+        metadata: JSON-able extras stored in ``schema.json`` (run id, metrics, ...).
+
+    Returns:
+        ExportResult with the paths and the export-time parity.
+    """
+    output_dir = Path(output_dir)
+    schema = export_schema(model, preprocessor)
+    plain = to_plain_kernel(model)
+    info = _schema_json(model, preprocessor, schema, dict(metadata or {}))
+    info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
+    with _eval_mode(model, plain):
+        scripted = torch.jit.script(ServingModule(plain))
+        g = torch.Generator().manual_seed(1234)
+        diff = 0.0
+        for batch_size in (1, 5):
+            values, lengths, dense = synthetic_inputs(schema, batch_size, 3, g)
+            eager = torch.sigmoid(model(dense, _kjt(schema.sparse_names, values, lengths)))
+            diff = max(diff, float((scripted(values, lengths, dense) - eager).abs().max()))
+    if not diff <= PARITY_ATOL:
+        raise ExportError(f"scripted module differs from the eager model by {diff:.3g} (> {PARITY_ATOL})")
+    with _atomic_dir(output_dir) as tmp:
+        torch.jit.save(scripted, str(tmp / MODEL_FILE), _extra_files={SCHEMA_FILE: info_text})
+        (tmp / SCHEMA_FILE).write_text(info_text, encoding="utf-8")
+        shutil.copyfile(Path(__file__).with_name("_loader_template.py"), tmp / LOADER_FILE)
+        (tmp / "MANIFEST.json").write_text(
+            json.dumps({f: _sha256(tmp / f) for f in (MODEL_FILE, SCHEMA_FILE, LOADER_FILE)}, indent=1) + "\n"
+        )
+    return ExportResult(
+        output_dir=output_dir,
+        model_path=output_dir / MODEL_FILE,
+        schema_path=output_dir / SCHEMA_FILE,
+        loader_path=output_dir / LOADER_FILE,
+        max_abs_diff=diff,
+        converted_from_fused=plain is not model,
+    )
+
+
+def read_export_schema(export_dir: str | Path) -> dict[str, Any]:
+    """The parsed ``schema.json`` of an export directory (checks the format marker)."""
+    path = Path(export_dir) / SCHEMA_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no {SCHEMA_FILE} in {export_dir}: not an export directory")
+    info = json.loads(path.read_text(encoding="utf-8"))
+    if info.get("format") != EXPORT_FORMAT:
+        raise ValueError(f"{path}: format {info.get('format')!r} is not {EXPORT_FORMAT!r}")
+    return info
+
+
+def load_exported(export_dir: str | Path) -> torch.jit.ScriptModule:
+    """The exported TorchScript module in eval mode (imports fbgemm_gpu first for its ops)."""
+    import fbgemm_gpu  # noqa: F401  registers fbgemm:: ops used by the scripted KJT code
+
+    module = torch.jit.load(str(Path(export_dir) / MODEL_FILE), map_location="cpu")
+    module.eval()
+    return module

@@ -1,0 +1,256 @@
+"""MLflow conventions: where runs go, how they are laid out, and a Lightning callback.
+
+* Tracking URI: ``$MLFLOW_TRACKING_URI`` or ``sqlite:///mlflow.db`` in the working directory
+  (MLflow 3 refuses the plain ``./mlruns`` file store by default).
+* One experiment per dataset; one run per fit; nested runs for stages/trials (``parent_run_id``).
+* A run of a process that raised is marked ``FAILED``, never left ``RUNNING``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.callbacks import Callback
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+    from mlflow import MlflowClient
+
+__all__ = ["DEFAULT_TRACKING_URI", "MlflowTracking", "RunTracker", "flatten", "tracking_uri"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def tracking_uri() -> str:
+    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///mlflow.db`` in the working directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested mapping -> ``{"a.b.c": "value"}`` with MLflow-sized string values."""
+    out: dict[str, str] = {}
+    for key, value in params.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            text = json.dumps(value, default=str) if not isinstance(value, str) else value
+            out[name] = text[:6000]
+    return out
+
+
+class RunTracker:
+    """A thin handle on one MLflow run through ``MlflowClient`` (no global active-run state).
+
+    Args:
+        experiment: experiment name (created if missing).
+        run_name: display name of the run.
+        tags: run tags.
+        parent_run_id: makes this a nested child run.
+        uri: tracking URI (default: :func:`tracking_uri`).
+    """
+
+    def __init__(
+        self,
+        experiment: str,
+        run_name: str | None = None,
+        tags: Mapping[str, str] | None = None,
+        parent_run_id: str | None = None,
+        uri: str | None = None,
+    ) -> None:
+        from mlflow import MlflowClient
+
+        self.uri = uri or tracking_uri()
+        self.client: MlflowClient = MlflowClient(self.uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        self.experiment_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
+        all_tags = dict(tags or {})
+        if parent_run_id:
+            all_tags["mlflow.parentRunId"] = parent_run_id
+        run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
+        self.run_id: str = run.info.run_id
+        self.finished = False
+
+    # -- logging ---------------------------------------------------------------------------
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        flat = [Param(k, v) for k, v in flatten(params).items()]
+        for i in range(0, len(flat), 100):
+            self.client.log_batch(self.run_id, params=flat[i : i + 100])
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        import time
+
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [Metric(k, float(v), now, step or 0) for k, v in metrics.items()]
+        if batch:
+            self.client.log_batch(self.run_id, metrics=batch)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        for k, v in tags.items():
+            self.client.set_tag(self.run_id, k, str(v))
+
+    def log_dict(self, obj: Any, artifact_file: str) -> None:
+        self.client.log_dict(self.run_id, obj, artifact_file)
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        self.client.log_text(self.run_id, text, artifact_file)
+
+    def log_figure(self, figure: Figure, artifact_file: str) -> None:
+        self.client.log_figure(self.run_id, figure, artifact_file)
+
+    def log_artifact(self, path: str | Path, artifact_path: str | None = None) -> None:
+        path = Path(path)
+        if path.is_dir():
+            self.client.log_artifacts(self.run_id, str(path), artifact_path)
+        else:
+            self.client.log_artifact(self.run_id, str(path), artifact_path)
+
+    def artifact_uri(self) -> str:
+        return self.client.get_run(self.run_id).info.artifact_uri
+
+    def finish(self, status: str = "FINISHED") -> None:
+        """End the run (``FINISHED``, ``FAILED`` or ``KILLED``); idempotent."""
+        if not self.finished:
+            self.client.set_terminated(self.run_id, status=status)
+            self.finished = True
+
+
+def _training_curve(history: list[dict[str, float]]) -> Figure:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_auc) = plt.subplots(1, 2, figsize=(9, 3.2))
+    epochs = [h["epoch"] for h in history]
+    for key, label in (("train_loss_epoch", "train"), ("val_logloss", "validation")):
+        ys = [h.get(key) for h in history]
+        if any(y is not None for y in ys):
+            ax_loss.plot(epochs, ys, marker="o", label=label)
+    ax_loss.set(xlabel="epoch", ylabel="log loss", title="Loss")
+    ax_loss.legend()
+    ax_auc.plot(epochs, [h.get("val_auc") for h in history], marker="o", color="tab:green")
+    ax_auc.set(xlabel="epoch", ylabel="AUC", title="Validation AUC")
+    fig.tight_layout()
+    return fig
+
+
+class MlflowTracking(Callback):
+    """Logs a Lightning run to MLflow: config, params, data summary, per-epoch metrics, a
+    training-curve plot and test metrics; marks the run ``FAILED`` if training raises.
+
+    Args:
+        enabled: turn tracking off.
+        experiment: experiment name (default: the dataset name).
+        run_name: run name (default: ``<arch>-<dataset>``).
+    """
+
+    def __init__(self, enabled: bool = True, experiment: str | None = None, run_name: str | None = None) -> None:
+        super().__init__()
+        self.enabled = enabled
+        self.experiment = experiment
+        self.run_name = run_name
+        self.tracker: RunTracker | None = None
+        self.config: dict[str, Any] | None = None  # resolved CLI config, set by the CLI
+        self.keep_open = False  # the CLI keeps the run open across fit -> test -> export
+        self.history: list[dict[str, float]] = []
+
+    def start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> RunTracker | None:
+        if not self.enabled or self.tracker is not None:
+            return self.tracker
+        dm = trainer.datamodule
+        dataset = getattr(dm, "dataset_name", None) or "salience"
+        arch = getattr(pl_module.hparams, "arch", type(pl_module).__name__)
+        self.tracker = RunTracker(
+            self.experiment or dataset,
+            self.run_name or f"{arch}-{dataset}",
+            tags={"salience.dataset": dataset, "salience.arch": str(arch)},
+        )
+        params = {k: v for k, v in pl_module.hparams.items() if k != "schema"}
+        self.tracker.log_params({"model": params, "trainer.max_epochs": trainer.max_epochs, "seed": os.environ.get("PL_GLOBAL_SEED", "")})
+        if self.config is not None:
+            self.tracker.log_dict(self.config, "config.yaml")
+        schema = pl_module.hparams.get("schema")
+        if schema is not None:
+            self.tracker.log_dict(schema, "schema.json")
+        prepared = getattr(dm, "prepared", None)
+        if prepared is not None:
+            self.tracker.log_dict(prepared.summary, "data_summary.json")
+            summary = prepared.summary
+            self.tracker.log_params(
+                {
+                    "data.rows_read": summary["read"]["rows_read"],
+                    "data.rows_skipped": summary["read"]["rows_skipped"],
+                    **{f"data.{k}": v for k, v in summary["split"].items()},
+                }
+            )
+            self.tracker.log_metrics(
+                {f"data.oov.{split}": sum(s["oov"].values()) for split, s in summary["encode"].items()}
+                | {f"data.dense_filled.{split}": sum(s["dense_filled"].values()) for split, s in summary["encode"].items()}
+            )
+        embedding_params = getattr(getattr(pl_module, "model", None), "embedding_parameters", None)
+        if embedding_params is not None:
+            self.tracker.log_metrics({"embedding_parameters": embedding_params()})
+        return self.tracker
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if trainer.is_global_zero:
+            self.start(trainer, pl_module)
+
+    def _metrics(self, trainer: pl.Trainer, prefix: tuple[str, ...]) -> dict[str, float]:
+        return {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(prefix) and v.numel() == 1}
+
+    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # *_end hooks run after the module's epoch-end logging, so the metrics are this epoch's
+        if self.tracker is not None and not trainer.sanity_checking:
+            self.tracker.log_metrics(self._metrics(trainer, ("val_",)), step=trainer.current_epoch)
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.tracker is None:
+            return
+        metrics = self._metrics(trainer, ("train_loss_epoch", "val_"))
+        self.tracker.log_metrics({k: v for k, v in metrics.items() if k.startswith("train")}, step=trainer.current_epoch)
+        self.history.append({"epoch": trainer.current_epoch, **metrics})
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.tracker is None:
+            return
+        if self.history:
+            import matplotlib.pyplot as plt
+
+            fig = _training_curve(self.history)
+            self.tracker.log_figure(fig, "training_curve.png")
+            plt.close(fig)
+        ckpt = trainer.checkpoint_callback
+        if ckpt is not None and getattr(ckpt, "best_model_score", None) is not None:
+            self.tracker.log_metrics({"best_val_auc": float(ckpt.best_model_score)})
+            self.tracker.set_tags({"salience.best_checkpoint": ckpt.best_model_path})
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.tracker is not None:
+            self.tracker.log_metrics(self._metrics(trainer, ("test_",)))
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        if self.tracker is not None:
+            self.tracker.set_tags({"salience.error": f"{type(exception).__name__}: {exception}"[:5000]})
+            self.tracker.finish("KILLED" if isinstance(exception, KeyboardInterrupt) else "FAILED")
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if self.tracker is not None and not self.keep_open:
+            self.tracker.finish()
+
+    def finish(self, status: str = "FINISHED") -> None:
+        if self.tracker is not None:
+            self.tracker.finish(status)

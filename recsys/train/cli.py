@@ -1,0 +1,121 @@
+"""``salience fit|validate|test|predict --config FILE``: LightningCLI over RankingTask + CTRDataModule.
+
+The constructor signatures of :class:`~recsys.train.module.RankingTask` and
+:class:`~recsys.train.datamodule.CTRDataModule` are the config schema
+(``salience fit --print_config`` prints a complete one). After ``fit``, the best checkpoint is
+evaluated on the test split and exported to TorchScript; config, metrics, plots and the export
+are logged to one MLflow run.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
+
+from recsys.tracking import MlflowTracking
+from recsys.train.datamodule import CTRDataModule
+from recsys.train.module import RankingTask
+
+__all__ = ["SalienceCLI", "run_cli"]
+
+log = logging.getLogger(__name__)
+
+TRAINER_DEFAULTS: dict[str, Any] = {
+    "max_epochs": 10,
+    "logger": False,
+    "default_root_dir": "runs",
+    "deterministic": True,
+    "num_sanity_val_steps": 0,
+}
+
+
+class SalienceCLI(LightningCLI):
+    """LightningCLI with schema linking, MLflow tracking and test + export after fit."""
+
+    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        super().__init__(
+            RankingTask,
+            CTRDataModule,
+            seed_everything_default=42,
+            save_config_callback=None,  # the resolved config is logged to the MLflow run instead
+            trainer_defaults=TRAINER_DEFAULTS,
+            args=args,
+            run=run,
+            parser_kwargs={"prog": "salience", "description": __doc__},
+        )
+
+    def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
+        parser.link_arguments("data", "model.schema", compute_fn=lambda dm: dm.schema_dict, apply_on="instantiate")
+        parser.add_lightning_class_args(MlflowTracking, "tracking")
+        parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
+        parser.add_argument("--after_fit.export", type=bool, default=True, help="export the best model to TorchScript")
+        parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
+
+    # -- hooks -------------------------------------------------------------------------------
+    @property
+    def tracking(self) -> MlflowTracking | None:
+        return next((c for c in self.trainer.callbacks if isinstance(c, MlflowTracking)), None)
+
+    def _attach_config(self) -> None:
+        tracking = self.tracking
+        if tracking is None:
+            return
+        import yaml
+
+        cfg = self.config.get(str(self.subcommand), self.config)
+        text = self._parser(self.subcommand).dump(cfg, skip_none=False)
+        tracking.config = yaml.safe_load(text)
+
+    def before_fit(self) -> None:
+        self._attach_config()
+        if self.tracking is not None:
+            self.tracking.keep_open = True
+
+    def before_validate(self) -> None:
+        self._attach_config()
+
+    def before_test(self) -> None:
+        self._attach_config()
+
+    def after_fit(self) -> None:
+        cfg = self.config.get(str(self.subcommand), self.config)["after_fit"]
+        tracking = self.tracking
+        try:
+            if self.trainer.interrupted:
+                return
+            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
+            if cfg["test"] and self.datamodule.prepared.splits.get("test") is not None:
+                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+            if cfg["export"]:
+                self._export(cfg["export_dir"], tracking)
+        except BaseException:
+            if tracking is not None:
+                tracking.finish("FAILED")
+            raise
+        if tracking is not None:
+            tracking.finish()
+
+    def _export(self, export_dir: str | None, tracking: MlflowTracking | None) -> Path:
+        from recsys.export import export_model
+
+        run_id = tracking.tracker.run_id if tracking is not None and tracking.tracker is not None else "local"
+        out = Path(export_dir) if export_dir else Path(self.trainer.default_root_dir) / "exports" / run_id
+        result = export_model(
+            self.model.model,
+            self.datamodule.preprocessor,
+            out,
+            metadata={"arch": self.model.hparams.arch, "mlflow_run_id": run_id, "dataset": self.datamodule.dataset_name},
+        )
+        log.info("exported the model to %s", out)
+        print(f"exported model: {out}")
+        if tracking is not None and tracking.tracker is not None:
+            tracking.tracker.log_artifact(out, "model")
+        return Path(getattr(result, "output_dir", out))
+
+
+def run_cli(args: list[str] | None = None) -> SalienceCLI:
+    """Entry point of the Lightning subcommands (``fit``, ``validate``, ``test``, ``predict``)."""
+    return SalienceCLI(args=args)

@@ -1,0 +1,109 @@
+"""LightningDataModule over :func:`recsys.data.prepare.prepare_data`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lightning.pytorch as pl
+from torch.utils.data import DataLoader
+
+from recsys.data.batching import BatchDataset
+from recsys.data.encoders import Preprocessor
+from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
+from recsys.data.readers.base import Reader
+
+__all__ = ["CTRDataModule"]
+
+
+class CTRDataModule(pl.LightningDataModule):
+    """CTR data: a reader, a seeded split, encoders fitted on train, pre-built KJT batches.
+
+    Args:
+        reader: dataset reader (``class_path`` in YAML, e.g. ``recsys.data.readers.FrappeReader``).
+        batch_size: training batch size.
+        eval_batch_size: batch size for validation/test/predict (default: ``4 * batch_size``).
+        split: train/val/test fractions and the split seed.
+        features: keep only these features.
+        drop_features: drop these features.
+        embedding_dim: override every sparse feature's embedding dim.
+        cache_dir: encoded-data cache folder (``null`` disables the cache).
+        shuffle_seed: seed of the per-epoch training shuffle.
+    """
+
+    def __init__(
+        self,
+        reader: Reader,
+        batch_size: int = 2048,
+        eval_batch_size: int | None = None,
+        split: SplitConfig = SplitConfig(),  # noqa: B008 - frozen dataclass, safe default
+        features: list[str] | None = None,
+        drop_features: list[str] | None = None,
+        embedding_dim: int | None = None,
+        cache_dir: str | None = ".cache/salience",
+        shuffle_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.reader = reader
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size or 4 * batch_size
+        self.split = split
+        self.features = features
+        self.drop_features = drop_features
+        self.embedding_dim = embedding_dim
+        self.cache_dir = cache_dir
+        self.shuffle_seed = shuffle_seed
+        self._prepared: PreparedData | None = None
+
+    @property
+    def prepared(self) -> PreparedData:
+        """Encoded splits (read, split and encoded on first access; cached on disk)."""
+        if self._prepared is None:
+            self._prepared = prepare_data(
+                self.reader, self.split, self.features, self.drop_features, self.embedding_dim, self.cache_dir
+            )
+        return self._prepared
+
+    @property
+    def schema_dict(self) -> dict[str, Any]:
+        """The fitted schema as a dict (linked to the model's ``schema`` argument by the CLI)."""
+        return self.prepared.schema.to_dict()
+
+    @property
+    def preprocessor(self) -> Preprocessor:
+        return self.prepared.preprocessor
+
+    @property
+    def dataset_name(self) -> str:
+        return self.reader.name
+
+    def setup(self, stage: str) -> None:
+        _ = self.prepared
+
+    def _loader(self, split: str, train: bool = False) -> DataLoader:
+        data = self.prepared.splits.get(split)
+        if data is None:
+            raise ValueError(f"the {split!r} split is empty: give it a non-zero fraction in data.split")
+        ds = BatchDataset(
+            data, self.batch_size if train else self.eval_batch_size, shuffle=train, seed=self.shuffle_seed
+        )
+        return DataLoader(ds, batch_size=None)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader("train", train=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader("val")
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def predict_dataloader(self) -> DataLoader:
+        return self._loader("test")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Saved in checkpoints: the fitted encoders, so a checkpoint alone can be exported."""
+        return {"preprocessor": self.preprocessor.state_dict(), "summary": self.prepared.summary}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        # the encoders are rebuilt deterministically from data + seed; nothing to restore
+        pass

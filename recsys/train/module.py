@@ -1,0 +1,182 @@
+"""LightningModule that trains a ranking model on CTR batches."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from torch import nn
+from torchmetrics.classification import BinaryAUROC
+from torchrec.datasets.utils import Batch
+
+from recsys.data.schema import Schema
+from recsys.models import DCNv2, DLRM, DeepFM, RankingModel
+from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
+
+__all__ = ["ARCHITECTURES", "RankingTask", "build_model"]
+
+#: backbone name -> class
+ARCHITECTURES: dict[str, type[RankingModel]] = {"dlrm": DLRM, "dcnv2": DCNv2, "deepfm": DeepFM}
+
+Arch = Literal["dlrm", "dcnv2", "deepfm"]
+
+
+def build_model(
+    arch: str, schema: Schema, arch_args: dict[str, Any] | None = None, sparse_arch: SparseArchConfig | None = None
+) -> RankingModel:
+    """Instantiate a backbone by name; unknown ``arch_args`` keys get an error naming the key."""
+    if arch not in ARCHITECTURES:
+        raise ValueError(f"model.arch={arch!r} is not one of {sorted(ARCHITECTURES)}")
+    cls = ARCHITECTURES[arch]
+    arch_args = dict(arch_args or {})
+    allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "schema", "sparse_arch", "seam")]
+    unknown = sorted(set(arch_args) - set(allowed))
+    if unknown:
+        raise ValueError(f"model.arch_args: unknown key(s) {unknown} for {cls.__name__}; allowed: {allowed}")
+    return cls(schema, sparse_arch=sparse_arch, **arch_args)
+
+
+class _LogLoss:
+    """Streaming mean binary log loss."""
+
+    def __init__(self) -> None:
+        self.total = 0.0
+        self.count = 0
+
+    def update(self, logits: torch.Tensor, labels: torch.Tensor) -> None:
+        loss = nn.functional.binary_cross_entropy_with_logits(logits.double(), labels.double(), reduction="sum")
+        self.total += float(loss)
+        self.count += int(labels.numel())
+
+    def compute(self) -> float:
+        return self.total / max(self.count, 1)
+
+
+class RankingTask(pl.LightningModule):
+    """Trains a DLRM / DCNv2 / DeepFM with BCE loss; reports AUC and log loss.
+
+    Args:
+        arch: backbone name.
+        arch_args: backbone constructor arguments (e.g. ``{cross_layers: 3, deep_mlp: [256, 128]}``).
+        schema: fitted schema as a dict; the CLI links it from the datamodule.
+        embedding_kernel: ``plain`` (torchrec EBC) or ``fused`` (FBGEMM, optimizer in backward).
+        fused_optimizer: optimizer of fused tables.
+        fused_lr: learning rate of fused tables.
+        optimizer: optimizer of the dense (and plain embedding) parameters.
+        learning_rate: its learning rate.
+        weight_decay: its weight decay (not applied to embedding tables).
+        early_stopping_patience: validation epochs without AUC gain before stopping (0 = off).
+    """
+
+    def __init__(
+        self,
+        arch: Arch = "dcnv2",
+        arch_args: dict[str, Any] | None = None,
+        schema: dict[str, Any] | None = None,
+        embedding_kernel: Literal["plain", "fused"] = "plain",
+        fused_optimizer: Literal["sgd", "adagrad", "rowwise_adagrad"] = "adagrad",
+        fused_lr: float = 0.05,
+        optimizer: Literal["adam", "adamw", "adagrad", "sgd"] = "adam",
+        learning_rate: float = 1e-3,
+        weight_decay: float = 0.0,
+        early_stopping_patience: int = 2,
+    ) -> None:
+        super().__init__()
+        if schema is None:
+            raise ValueError("model.schema is missing: it comes from the data module (salience fit links it)")
+        self.save_hyperparameters()
+        self.schema = Schema.from_dict(schema)
+        self.model: RankingModel = build_model(
+            arch,
+            self.schema,
+            arch_args,
+            SparseArchConfig(
+                kernel=EmbeddingKernel(embedding_kernel), fused_optimizer=FusedOptimizer(fused_optimizer), fused_lr=fused_lr
+            ),
+        )
+        self.val_auc = BinaryAUROC()
+        self.test_auc = BinaryAUROC()
+        self._logloss: dict[str, _LogLoss] = {}
+
+    def forward(self, batch: Batch) -> torch.Tensor:
+        return self.model(batch.dense_features, batch.sparse_features)
+
+    # -- training --------------------------------------------------------------------------
+    def on_train_epoch_start(self) -> None:
+        dataset = getattr(self.trainer.train_dataloader, "dataset", None)
+        if hasattr(dataset, "set_epoch"):
+            dataset.set_epoch(self.current_epoch)
+
+    def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        logits = self(batch)
+        bce = nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+        loss = bce + self.model.seam.regularization().to(bce)
+        self.log("train_loss", bce, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch.labels.numel())
+        return loss
+
+    # -- evaluation ------------------------------------------------------------------------
+    def _eval_step(self, batch: Batch, stage: str) -> None:
+        logits = self(batch)
+        auc = self.val_auc if stage == "val" else self.test_auc
+        auc.update(torch.sigmoid(logits), batch.labels.long())
+        self._logloss.setdefault(stage, _LogLoss()).update(logits, batch.labels)
+
+    def _eval_epoch_end(self, stage: str) -> None:
+        auc = self.val_auc if stage == "val" else self.test_auc
+        logloss = self._logloss.pop(stage, _LogLoss()).compute()
+        self.log(f"{stage}_auc", auc.compute(), prog_bar=True)
+        self.log(f"{stage}_logloss", logloss, prog_bar=True)
+        auc.reset()
+
+    def validation_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_epoch_end("val")
+
+    def test_step(self, batch: Batch, batch_idx: int) -> None:
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_epoch_end("test")
+
+    def predict_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
+        return torch.sigmoid(self(batch))
+
+    # -- optimisation ----------------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        hp = self.hparams
+        embedding_ids = {id(p) for p in self.model.sparse_arch.parameters()}
+        params = self.model.dense_parameters()
+        groups = [
+            {"params": [p for p in params if id(p) not in embedding_ids], "weight_decay": hp.weight_decay},
+            {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": 0.0},
+        ]
+        groups = [g for g in groups if g["params"]]
+        optimizers: dict[str, type[torch.optim.Optimizer]] = {
+            "adam": torch.optim.Adam,
+            "adamw": torch.optim.AdamW,
+            "adagrad": torch.optim.Adagrad,
+            "sgd": torch.optim.SGD,
+        }
+        return optimizers[hp.optimizer](groups, lr=hp.learning_rate)
+
+    def configure_callbacks(self) -> list[Callback]:
+        callbacks: list[Callback] = [
+            ModelCheckpoint(monitor="val_auc", mode="max", save_last=True, filename="best-{epoch}-{val_auc:.4f}")
+        ]
+        if self.hparams.early_stopping_patience > 0:
+            callbacks.append(EarlyStopping(monitor="val_auc", mode="max", patience=self.hparams.early_stopping_patience))
+        return callbacks
+
+    # -- fused optimizer state travels with the checkpoint -----------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.model.sparse_arch.is_fused:
+            checkpoint["fused_optimizer"] = self.model.sparse_arch.embedding_bag_collection.fused_optimizer().state_dict()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.model.sparse_arch.is_fused and "fused_optimizer" in checkpoint:
+            self.model.sparse_arch.embedding_bag_collection.fused_optimizer().load_state_dict(checkpoint["fused_optimizer"])
