@@ -1,15 +1,14 @@
-"""Standalone loader of a Salience export. Needs only torch, fbgemm_gpu and the standard library.
+"""Standalone loader of a Salience export: needs only torch, fbgemm_gpu and the standard library.
 
-    import loader                                   # this file, copied into the export folder
-    module, schema = loader.load("export_dir")     # TorchScript module + parsed schema.json
+    import loader                                # this file, inside the export folder
+    module, schema = loader.load("export_dir")  # TorchScript module + parsed schema.json
     loader.predict([{"user": "u7", "genres": "a|b", "age": 31}])  # -> [0.42]
-    loader.scorer().oov_counts                      # unseen categories per feature (cumulative)
+    loader.scorer().oov_counts                   # unseen categories per feature (cumulative)
 
-Command line: ``python loader.py EXPORT_DIR --records records.json`` prints scores as JSON;
-``python loader.py EXPORT_DIR --inputs in.pt --outputs out.pt`` runs the module on saved tensors.
-Encoding mirrors recsys.data.encoders: vocabulary id (0 = out of vocabulary), or for hashed
-features ``1 + siphash24(token) % hash_size`` bit-for-bit as pandas.util.hash_array; dense
-values that are missing/NaN/inf become ``fill_value``, then log1p(max(x, 0)) or standardize.
+CLI: ``python loader.py DIR --records r.json`` prints scores as JSON; ``--inputs in.pt --outputs
+out.pt`` runs the module on saved tensors. Encoding mirrors recsys.data.encoders: vocabulary id
+(0 = OOV); hashed features ``1 + siphash24(token) % hash_size`` exactly as pandas.util.hash_array;
+missing/NaN/inf dense values -> fill_value, then log1p(max(x, 0)) or (x - mean) / std.
 """
 
 from __future__ import annotations
@@ -32,7 +31,7 @@ _M = (1 << 64) - 1
 def load(export_dir: str | Path = HERE) -> tuple[torch.jit.ScriptModule, dict[str, Any]]:
     """The scripted module (eval mode) and the parsed ``schema.json`` of ``export_dir``."""
     export_dir = Path(export_dir)
-    schema = json.loads((export_dir / "schema.json").read_text())
+    schema = json.loads((export_dir / "schema.json").read_text(encoding="utf-8"))
     module = torch.jit.load(str(export_dir / "model.pt"), map_location="cpu")
     module.eval()
     return module, schema
@@ -159,18 +158,18 @@ def predict(records: list[dict[str, Any]], export_dir: str | Path = HERE) -> lis
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("export_dir", nargs="?", default=str(HERE))
-    p.add_argument("--records", help="JSON file with a list of records; prints scores and counts as JSON")
+    p.add_argument("--records", help="JSON list of records: prints scores and counts as JSON")
     p.add_argument("--inputs", help="torch.save'd {'batches': [{'values', 'lengths', 'dense'}]}")
     p.add_argument("--outputs", help="where --inputs writes {'outputs': [B tensors], 'modules': [...]}")
     args = p.parse_args(argv)
     if args.records:
         s = scorer(args.export_dir)
-        scores = s.predict(json.loads(Path(args.records).read_text()))
+        scores = s.predict(json.loads(Path(args.records).read_text(encoding="utf-8")))
         print(json.dumps({"scores": scores, "oov_counts": s.oov_counts, "dense_filled": s.dense_filled}))
     if args.inputs:
         module, _ = load(args.export_dir)
+        batches = torch.load(args.inputs, weights_only=True)["batches"]
         with torch.no_grad():
-            batches = torch.load(args.inputs, weights_only=True)["batches"]
             outs = [module(b["values"], b["lengths"], b["dense"]) for b in batches]
         heavy = sorted({m.split(".")[0] for m in sys.modules} & {"recsys", "torchrec", "pandas"})
         torch.save({"outputs": outs, "modules": heavy}, args.outputs)

@@ -49,6 +49,7 @@ __all__ = [
     "export_schema",
     "kjt_to_lists",
     "load_exported",
+    "model_device",
     "read_export_schema",
     "synthetic_inputs",
     "to_plain_kernel",
@@ -93,8 +94,9 @@ class ServingModule(nn.Module):
         if model.sparse_arch.is_fused:
             raise ValueError("ServingModule needs the plain embedding kernel: convert with to_plain_kernel(model)")
         self.model = model
-        self.feature_names: list[str] = list(model.sparse_names)
-        self.num_dense: int = int(model.num_dense)
+        # no annotations here: TorchScript infers List[str] / int (annotated `list[str]` warns)
+        self.feature_names = list(model.sparse_names)  # sparse order of values / lengths
+        self.num_dense = int(model.num_dense)  # D_dense
 
     def forward(self, values: list[torch.Tensor], lengths: list[torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
         n = len(self.feature_names)
@@ -156,6 +158,13 @@ def _kjt(names: list[str], values: list[torch.Tensor], lengths: list[torch.Tenso
     return KeyedJaggedTensor(keys=names, values=torch.cat(values), lengths=torch.cat(lengths).to(torch.int32))
 
 
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's first parameter (CPU when it has none)."""
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")
+
+
 @contextmanager
 def _eval_mode(*modules: nn.Module) -> Iterator[None]:
     """Eval mode and no_grad inside; every submodule's training flag restored after."""
@@ -189,13 +198,14 @@ def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
         return model
     configs = fused.embedding_bag_collection.embedding_bag_configs()
     pooling = "mean" if configs and configs[0].pooling == PoolingType.MEAN else "sum"
-    plain = SparseArch(model.schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN, pooling=pooling))
+    device = model_device(model)
+    plain = SparseArch(model.schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN, pooling=pooling)).to(device)
     plain.load_state_dict({k: v.detach().clone() for k, v in fused.state_dict().items()})
     out = copy.deepcopy(model, memo={id(fused): plain})  # the fused arch is never copied
     plain.train(fused.training)
     if check:
         values, lengths, dense = synthetic_inputs(model.schema, 16)
-        kjt = _kjt(model.sparse_names, values, lengths)
+        kjt, dense = _kjt(model.sparse_names, values, lengths).to(device), dense.to(device)
         with _eval_mode(model, out):
             diff = float((model(dense, kjt) - out(dense, kjt)).abs().max())
         if not diff <= PARITY_ATOL:
@@ -325,8 +335,8 @@ def export_model(
     Writes ``model.pt`` (TorchScript; ``schema.json`` is also embedded as an extra file),
     ``schema.json`` and ``loader.py`` into a temp folder, checks the scripted module against
     the eager model on random batches, then renames the folder onto ``output_dir``. Fused
-    models are first rebuilt on the plain kernel (:func:`to_plain_kernel`). The model's
-    training flags are left as they were.
+    models are first rebuilt on the plain kernel (:func:`to_plain_kernel`); a model on an
+    accelerator is exported from a CPU copy. The model's training flags are left as they were.
 
     Args:
         model: trained ranking model (plain or fused kernel).
@@ -340,15 +350,18 @@ def export_model(
     output_dir = Path(output_dir)
     schema = export_schema(model, preprocessor)
     plain = to_plain_kernel(model)
+    device = model_device(model)
+    cpu_model = plain if device.type == "cpu" else (copy.deepcopy(plain) if plain is model else plain).cpu()
     info = _schema_json(model, preprocessor, schema, dict(metadata or {}))
     info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
-    with _eval_mode(model, plain):
-        scripted = torch.jit.script(ServingModule(plain))
+    with _eval_mode(model, cpu_model):
+        scripted = torch.jit.script(ServingModule(cpu_model))
         g = torch.Generator().manual_seed(1234)
         diff = 0.0
         for batch_size in (1, 5):
             values, lengths, dense = synthetic_inputs(schema, batch_size, 3, g)
-            eager = torch.sigmoid(model(dense, _kjt(schema.sparse_names, values, lengths)))
+            kjt = _kjt(schema.sparse_names, values, lengths).to(device)
+            eager = torch.sigmoid(model(dense.to(device), kjt)).cpu()
             diff = max(diff, float((scripted(values, lengths, dense) - eager).abs().max()))
     if not diff <= PARITY_ATOL:
         raise ExportError(f"scripted module differs from the eager model by {diff:.3g} (> {PARITY_ATOL})")
@@ -365,7 +378,7 @@ def export_model(
         schema_path=output_dir / SCHEMA_FILE,
         loader_path=output_dir / LOADER_FILE,
         max_abs_diff=diff,
-        converted_from_fused=plain is not model,
+        converted_from_fused=model.sparse_arch.is_fused,
     )
 
 

@@ -17,10 +17,16 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
 
 from recsys.data.raw import DataError, ReadReport
 
-__all__ = ["NA_TOKENS", "Lines", "check_parsed", "drop_lines", "read_bytes", "scan_lines", "sep_name", "to_float"]
+__all__ = [
+    "NA_TOKENS", "Lines", "check_parsed", "drop_lines", "int_strings", "parse_numbers", "parse_table", "read_bytes",
+    "scan_lines", "sep_name", "to_float",
+]
 
 _GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 24
@@ -158,7 +164,7 @@ def scan_lines(
     if len(sep) != 1:
         raise ValueError(f"sep must be one character, got {sep!r}")
     message = message or _default_message(sep)
-    if not data.strip():
+    if not data or data.isspace():
         raise DataError(f"{source}: the file is empty")
     arr = np.frombuffer(data, dtype=np.uint8)
     starts, ends = _line_bounds(arr)
@@ -199,8 +205,10 @@ def scan_lines(
             )
         report.skip(rec_start[bad_idx])
         keep = np.ones(ends.size, dtype=bool)
-        for s, e in zip(rec_start[bad_idx], rec_end[bad_idx]):  # loop over bad records only
-            keep[s - 1 : e] = False
+        keep[rec_start[bad_idx] - 1] = False
+        if quoted:  # a quoted record may span several lines
+            for s, e in zip(rec_start[bad_idx], rec_end[bad_idx]):
+                keep[s - 1 : e] = False
         data = drop_lines(data, keep, starts, ends)
     lines = rec_start[~bad]
     if lines.size == 0:
@@ -223,6 +231,66 @@ def _quoted_records(text: str, sep: str) -> tuple[np.ndarray, np.ndarray, np.nda
     return as_arr(first), as_arr(last), as_arr(counts)
 
 
+def parse_table(
+    data: bytes,
+    *,
+    source: str,
+    sep: str,
+    names: list[str],
+    header: bool = False,
+    quoted: bool = False,
+    encoding: str = "utf-8",
+    include: list[str] | None = None,
+) -> pd.DataFrame:
+    """Parse checked text (see :func:`scan_lines`) into string columns with pyarrow's CSV reader.
+
+    Args:
+        data: the clean content.
+        source: file name used in error messages.
+        sep: one-character field separator.
+        names: the column names (for a file with a header: the header's fields).
+        header: skip line 1.
+        quoted: honour ``"`` quoting (fields may hold separators and newlines).
+        encoding: text encoding.
+        include: columns to keep (default all).
+
+    Returns:
+        A frame of ``str`` columns with a default index (missing = ``""``).
+    """
+    keep = include if include is not None else names
+    try:
+        table = _read_arrow_csv(data, sep, names, header, quoted, encoding, keep)
+    except (pa.ArrowInvalid, UnicodeDecodeError) as e:
+        raise DataError(f"{source}: cannot parse as {sep_name(sep)}-separated text ({encoding}): {e}") from e
+    return table.to_pandas()
+
+
+def _read_arrow_csv(
+    data: bytes, sep: str, names: list[str], header: bool, quoted: bool, encoding: str, keep: list[str]
+) -> pa.Table:
+    return pacsv.read_csv(
+        pa.BufferReader(pa.py_buffer(data)),
+        read_options=pacsv.ReadOptions(column_names=names, skip_rows=1 if header else 0, encoding=encoding),
+        parse_options=pacsv.ParseOptions(
+            delimiter=sep, quote_char='"' if quoted else False, double_quote=quoted, escape_char=False,
+            newlines_in_values=quoted, ignore_empty_lines=True,
+        ),
+        convert_options=pacsv.ConvertOptions(
+            column_types={n: pa.string() for n in keep}, include_columns=keep, strings_can_be_null=False,
+            quoted_strings_can_be_null=False,
+        ),
+    )
+
+
+def int_strings(values: np.ndarray, index: pd.Index | None = None) -> pd.Series:
+    """Integers as a ``str`` Series (a vectorised pyarrow cast, much faster than ``astype(str)``)."""
+    arr = pc.cast(pa.array(np.asarray(values, dtype=np.int64)), pa.string())
+    out = arr.to_pandas()
+    if index is not None:
+        out.index = index
+    return out
+
+
 def check_parsed(frame: pd.DataFrame, lines: np.ndarray, source: str) -> pd.DataFrame:
     """Index ``frame`` by ``lines``; raise if pandas saw a different number of records."""
     if len(frame) != len(lines):
@@ -232,6 +300,45 @@ def check_parsed(frame: pd.DataFrame, lines: np.ndarray, source: str) -> pd.Data
         )
     frame.index = pd.Index(lines, name="line")
     return frame
+
+
+def parse_numbers(cells: pd.Series, integer: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Parse a text (or numeric) column into float64; return (values, bad mask).
+
+    Missing (NaN in the result, not bad) is the empty string / a null, or with
+    ``integer=False`` also a token of :data:`NA_TOKENS`. ``inf``/``-inf`` pass through unless
+    ``integer``, where a value must be a finite whole number. A pyarrow cast parses clean
+    columns; a column it rejects is re-parsed with :func:`pandas.to_numeric` to find the bad
+    cells.
+    """
+    if pd.api.types.is_bool_dtype(cells.dtype):
+        cells = cells.astype(object)
+    if pd.api.types.is_numeric_dtype(cells.dtype):
+        x = cells.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = np.isinf(x) | (np.isfinite(x) & (x != np.round(x))) if integer else np.zeros(len(x), dtype=bool)
+        return x, bad
+    try:
+        arr = pa.array(cells, from_pandas=True)
+        if not pa.types.is_string(arr.type) and not pa.types.is_large_string(arr.type):
+            raise pa.ArrowInvalid("not a string column")
+        arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, arr.type), arr)
+        parsed = pc.cast(arr, pa.int64()) if integer else pc.cast(arr, pa.float64())
+        x = pc.cast(parsed, pa.float64()).to_numpy(zero_copy_only=False)
+        return np.asarray(x, dtype=np.float64), np.zeros(len(x), dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError):
+        pass
+    x = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    nan = np.isnan(x)
+    bad = np.zeros(len(x), dtype=bool)
+    if nan.any():
+        sub = cells[nan].astype(object)
+        text = sub.where(sub.notna(), "").astype(str).str.strip()
+        ok = text.eq("") if integer else text.str.lower().isin(NA_TOKENS)
+        bad[nan] = ~ok.to_numpy(dtype=bool)
+    if integer:
+        fin = np.isfinite(x)
+        bad |= np.isinf(x) | (fin & (x != np.round(np.where(fin, x, 0.0))))
+    return x, bad
 
 
 def to_float(
@@ -246,9 +353,7 @@ def to_float(
 ) -> pd.DataFrame:
     """Convert text columns to float64 (NaN = missing); raise on or drop rows with bad numbers.
 
-    Missing is the empty string, or with ``integer=False`` also a token of :data:`NA_TOKENS`;
-    ``inf``/``-inf`` pass through (the encoder fills and counts them). With ``integer=True``
-    a value must be a finite whole number.
+    See :func:`parse_numbers` for what counts as missing and as bad.
 
     Args:
         frame: indexed by source line (or row) number.
@@ -265,32 +370,15 @@ def to_float(
     Raises:
         DataError: naming source, line and column of the first bad value.
     """
-    columns = list(columns)
     converted: dict[str, np.ndarray] = {}
     bad_any = np.zeros(len(frame), dtype=bool)
     first_bad: tuple[int, str, str] | None = None
     for col in columns:
-        cells = frame[col]
-        if pd.api.types.is_numeric_dtype(cells.dtype) and not pd.api.types.is_bool_dtype(cells.dtype):
-            x = cells.to_numpy(dtype=np.float64, na_value=np.nan)
-            bad = np.zeros(len(x), dtype=bool)
-            if integer:
-                bad = np.isinf(x) | (np.isfinite(x) & (x != np.round(x)))
-        else:
-            x = pd.to_numeric(cells, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            nan = np.isnan(x)
-            bad = np.zeros(len(x), dtype=bool)
-            if nan.any():
-                text = cells[nan].astype(object).where(cells[nan].notna(), "").astype(str).str.strip()
-                ok = text.eq("") if integer else text.str.lower().isin(NA_TOKENS)
-                bad[nan] = ~ok.to_numpy(dtype=bool)
-            if integer:
-                fin = np.isfinite(x)
-                bad |= np.isinf(x) | (fin & (x != np.round(np.where(fin, x, 0.0))))
+        x, bad = parse_numbers(frame[col], integer=integer)
         if bad.any():
             pos = int(np.argmax(bad))
             if first_bad is None or pos < first_bad[0]:
-                first_bad = (pos, col, str(cells.iloc[pos]))
+                first_bad = (pos, col, str(frame[col].iloc[pos]))
             bad_any |= bad
         converted[col] = x
     out = frame.assign(**converted)
@@ -300,8 +388,9 @@ def to_float(
         assert first_bad is not None
         pos, col, value = first_bad
         kind = "an integer" if integer else "a number"
+        where = f"{source}:{frame.index[pos]}" if unit == "line" else f"{source}: {unit} {frame.index[pos]}"
         raise DataError(
-            f"{source}:{frame.index[pos]}: column {col!r}: {value!r} is not {kind} "
+            f"{where}: column {col!r}: {value!r} is not {kind} "
             f"({int(bad_any.sum())} bad {unit}(s) in all; skip_bad_rows=True drops them)"
         )
     report.skip(frame.index[bad_any].to_numpy())

@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
-import pandas as pd
-
 from recsys.data.raw import RawData, ReadReport, check_labels, resolve_data_path
-from recsys.data.readers._lines import check_parsed, read_bytes, scan_lines, to_float
+from recsys.data.readers._lines import check_parsed, parse_table, read_bytes, scan_lines, to_float
 from recsys.data.readers.base import Reader
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 
@@ -76,7 +72,7 @@ class CriteoReader(Reader):
     def files(self) -> list[Path]:
         return [self.source_file()]
 
-    def schema(self) -> Schema:
+    def build_schema(self) -> Schema:
         """The Criteo schema built from this reader's options."""
         dense = [FeatureSpec(n, FeatureKind.DENSE, transform=DenseTransform.LOG1P) for n in CRITEO_DENSE]
         sparse = [
@@ -102,17 +98,7 @@ class CriteoReader(Reader):
             report=report,
             skip_bad_rows=self.skip_bad_rows,
         )
-        frame = pd.read_csv(
-            io.BytesIO(scanned.data),
-            sep="\t",
-            header=None,
-            names=_COLUMNS,
-            dtype=str,
-            keep_default_na=False,
-            na_filter=False,
-            quoting=csv.QUOTE_NONE,
-            engine="c",
-        )
+        frame = parse_table(scanned.data, source=source, sep="\t", names=_COLUMNS)
         del scanned.data
         frame = check_parsed(frame, scanned.lines, source)
         frame = to_float(
@@ -120,4 +106,4 @@ class CriteoReader(Reader):
         )
         frame["label"] = check_labels(frame["label"], source)
         report.rows_read = len(frame)
-        return RawData(frame=frame, schema=self.schema(), report=report)
+        return RawData(frame=frame, schema=self.build_schema(), report=report)

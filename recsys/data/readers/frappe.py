@@ -13,16 +13,16 @@ parsing name the real ``file:line`` directly.
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recsys.data.raw import DataError, RawData, ReadReport, resolve_data_path
-from recsys.data.readers._lines import check_parsed, read_bytes, scan_lines
+from recsys.data.readers._lines import check_parsed, int_strings, parse_numbers, parse_table, read_bytes, scan_lines
 from recsys.data.readers.base import Reader
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
@@ -42,10 +42,24 @@ FRAPPE_FIELDS: list[tuple[str, int]] = [
     ("city", 233),
 ]
 _NAMES = [n for n, _ in FRAPPE_FIELDS]
+_PAIRS = [f"pair{k}" for k in range(1, len(_NAMES) + 1)]
 _CARD = np.array([c for _, c in FRAPPE_FIELDS], dtype=np.int64)
 _START = np.concatenate([[0], np.cumsum(_CARD)[:-1]])
+_TOTAL = int(_CARD.sum())
 _DEFAULT = "frappe"
 _DEFAULT_FILES = ["frappe.validation.libfm.gz", "frappe.test.libfm.gz"]
+
+
+def _explain(row: pd.Series, malformed: np.ndarray, field: np.ndarray) -> str:
+    """Why one parsed line is bad (called for the first bad line only)."""
+    for k, bad in enumerate(malformed):
+        if bad:
+            cell = str(row[_PAIRS[k]]).rstrip("\r")
+            return f"pair {k + 1} {cell!r} is not 'index:1' with 0 <= index < {_TOTAL}"
+    seen = [_NAMES[f] for f in field]
+    missing = [n for n in _NAMES if n not in seen]
+    repeated = sorted({n for n in seen if seen.count(n) > 1})
+    return f"expected one pair per field; missing {missing}, repeated {repeated}"
 
 
 def locate(report: ReadReport, index: int) -> tuple[str, int]:
@@ -60,8 +74,9 @@ class FrappeReader(Reader):
     """Reads Frappe libFM files into 10 categorical fields.
 
     Each line is a label (``1`` = used, ``-1`` = sampled negative, mapped to 1/0) and exactly
-    10 ``index:1`` pairs, the k-th falling in the k-th field's global index block (see
-    ``frappe/PROVENANCE.md``). A cell holds the local id ``index - block start`` as a string.
+    10 ``index:1`` pairs. The field of an index is the global index block it falls in (see
+    ``frappe/PROVENANCE.md``; pair order does not matter) and every field must occur exactly
+    once per line. A cell holds the local id ``index - block start`` as a string.
     See the module docstring for the frame index when several files are pooled.
 
     Args:
@@ -69,8 +84,9 @@ class FrappeReader(Reader):
             when it is a file, ``filenames`` is ignored.
         filenames: files inside the folder to pool, in order. (Named ``filenames``, not
             ``files``, because :meth:`Reader.files` is taken.)
-        skip_bad_rows: drop rows with a wrong pair count, a malformed pair or an index outside
-            its field's block (counted in the report) instead of raising.
+        skip_bad_rows: drop rows with a wrong pair count, a malformed or out-of-range pair, or
+            a field missing or repeated (counted in the report) instead of raising. A label other
+            than 1/-1 always raises.
         embedding_dim: embedding width of every field.
         min_count: vocabulary threshold of every field.
     """
@@ -105,7 +121,7 @@ class FrappeReader(Reader):
             )
         return out
 
-    def schema(self) -> Schema:
+    def build_schema(self) -> Schema:
         """The Frappe schema built from this reader's options."""
         feats = [
             FeatureSpec(n, FeatureKind.CATEGORICAL, embedding_dim=self.embedding_dim, min_count=self.min_count)
@@ -137,7 +153,7 @@ class FrappeReader(Reader):
         frame = pd.concat(frames) if len(frames) > 1 else frames[0]
         report.rows_read = len(frame)
         report.notes["files"] = notes
-        return RawData(frame=frame, schema=self.schema(), report=report)
+        return RawData(frame=frame, schema=self.build_schema(), report=report)
 
     def _read_one(self, data: bytes, source: str, report: ReadReport) -> pd.DataFrame:
         """Parse one libFM file; the index is its own 1-based line number."""
@@ -146,10 +162,7 @@ class FrappeReader(Reader):
             skip_bad_rows=self.skip_bad_rows,
             message=lambda e, f: f"expected {e - 1} 'index:value' pairs after the label, found {f - 1}",
         )
-        raw = pd.read_csv(
-            io.BytesIO(scanned.data), sep=" ", header=None, names=["label", *_NAMES], dtype=str,
-            keep_default_na=False, na_filter=False, quoting=csv.QUOTE_NONE, engine="c",
-        )
+        raw = parse_table(scanned.data, source=source, sep=" ", names=["label", *_PAIRS])
         raw = check_parsed(raw, scanned.lines, source)
 
         label = raw["label"].str.strip()
@@ -161,39 +174,32 @@ class FrappeReader(Reader):
                 f"({int((lab < 0).sum())} bad label(s) in all)"
             )
 
-        out: dict[str, Any] = {}
-        bad = np.zeros(len(raw), dtype=bool)
-        first: tuple[int, str] | None = None
-        for k, name in enumerate(_NAMES):
-            cell = raw[name].str.rstrip("\r")
-            parts = cell.str.partition(":")
-            idx = pd.to_numeric(parts[0], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            val = pd.to_numeric(parts[2], errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-            malformed = parts[1].ne(":").to_numpy(dtype=bool) | np.isnan(idx) | (idx != np.floor(idx)) | (val != 1)
-            outside = ~malformed & ((idx < _START[k]) | (idx >= _START[k] + _CARD[k]))
-            b = malformed | outside
-            if b.any():
-                pos = int(np.argmax(b))
-                if first is None or pos < first[0]:
-                    lo, hi = int(_START[k]), int(_START[k] + _CARD[k] - 1)
-                    why = (
-                        f"pair {k + 1} {cell.iloc[pos]!r} is not 'index:1'"
-                        if malformed[pos]
-                        else f"pair {k + 1} index {int(idx[pos])} is outside field {name!r} (indices {lo}-{hi})"
-                    )
-                    first = (pos, why)
-                bad |= b
-            local = np.where(b, 0, idx - _START[k]).astype(np.int64)
-            out[name] = pd.Series(local, index=raw.index).astype(str)
+        n, m = len(raw), len(_NAMES)
+        idx = np.empty((n, m), dtype=np.float64)
+        malformed = np.empty((n, m), dtype=bool)
+        for k, col in enumerate(_PAIRS):
+            arr = pa.array(raw[col].str.rstrip("\r"), from_pandas=True)
+            one_hot = pc.ends_with(arr, ":1").to_numpy(zero_copy_only=False)
+            idx[:, k], bad_idx = parse_numbers(pd.Series(pc.utf8_slice_codeunits(arr, 0, -2), dtype=str), integer=True)
+            malformed[:, k] = ~one_hot | bad_idx | np.isnan(idx[:, k])
+        malformed |= (idx < 0) | (idx >= _TOTAL)
+        # the field of an index is the block it falls in; every field must occur exactly once
+        field = np.where(malformed, -1, np.searchsorted(_START, np.nan_to_num(idx), side="right") - 1)
+        bad = malformed.any(axis=1) | (np.sort(field, axis=1) != np.arange(m)).any(axis=1)
+        if bad.any() and not self.skip_bad_rows:
+            pos = int(np.argmax(bad))
+            raise DataError(
+                f"{source}:{raw.index[pos]}: {_explain(raw.iloc[pos], malformed[pos], field[pos])} "
+                f"({int(bad.sum())} bad row(s) in all; skip_bad_rows=True drops them)"
+            )
+        good = np.flatnonzero(~bad)
+        local = np.zeros((n, m), dtype=np.int64)
+        f_good = field[good]
+        local[good[:, None], f_good] = idx[good[:, None], np.arange(m)] - _START[f_good]
+        out = {name: int_strings(local[:, k], raw.index) for k, name in enumerate(_NAMES)}
         frame = pd.DataFrame(out, index=raw.index)
         frame["label"] = lab
         if bad.any():
-            assert first is not None
-            if not self.skip_bad_rows:
-                raise DataError(
-                    f"{source}:{raw.index[first[0]]}: {first[1]} ({int(bad.sum())} bad row(s) in all; "
-                    "skip_bad_rows=True drops them)"
-                )
             report.skip(raw.index[bad].to_numpy())
             frame = frame[~bad]
             if len(frame) == 0:

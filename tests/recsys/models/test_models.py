@@ -174,7 +174,7 @@ def test_fused_forward_equals_plain_with_same_weights(cls: type[RankingModel], o
     fast.load_state_dict(plain.state_dict())
     assert set(fast.state_dict()) == set(plain.state_dict())
     dense, kjt = make_dense(2), make_kjt()
-    torch.testing.assert_close(fast(dense, kjt), plain(dense, kjt), rtol=0.0, atol=1e-7)
+    torch.testing.assert_close(fast(dense, kjt), plain(dense, kjt), rtol=0.0, atol=1e-6)
 
 
 @pytest.mark.xfail(
@@ -565,9 +565,9 @@ def test_regularization_defaults_to_zero() -> None:
 # for each class (plain kernel, default seam). A change here changes what a seeded run
 # produces: regenerate only in a reviewed change that says why.
 GOLDEN: dict[type[RankingModel], list[float]] = {
-    DLRM: [0.0, 0.0, 0.0, 0.0],
-    DCNv2: [0.0, 0.0, 0.0, 0.0],
-    DeepFM: [0.0, 0.0, 0.0, 0.0],
+    DLRM: [0.265710, 0.195210, 0.114319, 0.131934],
+    DCNv2: [-0.335494, 0.054914, 0.050069, -0.261507],
+    DeepFM: [-0.854196, 0.150794, -0.121535, 0.179751],
 }
 
 

@@ -1,0 +1,182 @@
+"""Any CSV/TSV (with a header row) or Parquet file described by a schema file: no code needed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from recsys.data.raw import DataError, RawData, ReadReport, check_labels, resolve_data_path
+from recsys.data.readers._lines import check_parsed, parse_table, read_bytes, scan_lines, to_float
+from recsys.data.readers.base import Reader
+from recsys.data.schema import Schema, SchemaError
+
+__all__ = ["TabularReader"]
+
+_FORMATS = ("csv", "tsv", "parquet")
+
+
+class TabularReader(Reader):
+    """Reads a CSV/TSV with a header row, or a Parquet file, as the schema file describes.
+
+    Columns are matched by name (extra columns are ignored). Sparse cells stay strings
+    (missing = ``""``; a multi-categorical cell holds ids joined by the feature's separator,
+    a Parquet list column is joined with it); dense cells become floats (empty, ``nan``,
+    ``NA``, ``null`` -> NaN; ``inf`` passes through for the encoder to fill and count). The
+    frame index is the 1-based line number in the text file (the header is line 1, so data
+    starts at 2), or the 1-based row number in a Parquet file.
+
+    Args:
+        path: data file (``.csv``, ``.tsv``, ``.parquet``, optionally ``.gz`` for text);
+            a relative path is also looked up under ``$SALIENCE_DATA_DIR``.
+        schema: schema file (JSON or YAML, see :meth:`Schema.load`); ``name`` in it names the
+            dataset.
+        format: ``csv``, ``tsv`` or ``parquet``; None infers it from the file name
+            (``.parquet``/``.pq`` -> parquet, ``.tsv`` -> tsv, otherwise csv).
+        skip_bad_rows: drop rows with a wrong field count or non-numeric dense text (counted
+            in the report) instead of raising.
+        sep: field separator of a CSV (one character); ``tsv`` always uses a tab.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        schema: str,
+        format: str | None = None,  # noqa: A002 - the natural config key
+        skip_bad_rows: bool = False,
+        sep: str = ",",
+    ) -> None:
+        self.path = path
+        self.schema = schema
+        self.format = format
+        self.skip_bad_rows = skip_bad_rows
+        self.sep = sep
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.load_schema().name
+
+    def data_file(self) -> Path:
+        return resolve_data_path(self.path, self.path)
+
+    def schema_file(self) -> Path:
+        return resolve_data_path(self.schema, self.schema)
+
+    def files(self) -> list[Path]:
+        return [self.data_file(), self.schema_file()]
+
+    def load_schema(self) -> Schema:
+        """The schema read from the schema file."""
+        return Schema.load(self.schema_file())
+
+    def resolved_format(self, path: Path) -> str:
+        """The file format: ``format`` if set, else inferred from the file name."""
+        fmt = self.format
+        if fmt is None:
+            suffixes = [s.lower() for s in path.suffixes if s.lower() != ".gz"]
+            last = suffixes[-1] if suffixes else ""
+            fmt = {".parquet": "parquet", ".pq": "parquet", ".tsv": "tsv"}.get(last, "csv")
+        fmt = fmt.lower()
+        if fmt not in _FORMATS:
+            raise ValueError(f"TabularReader: format must be one of {list(_FORMATS)} or None, got {self.format!r}")
+        return fmt
+
+    def read(self) -> RawData:
+        path = self.data_file()
+        if path.is_dir():
+            raise FileNotFoundError(f"TabularReader: path {path} is a folder; name the data file")
+        schema = self.load_schema()
+        source = str(path)
+        report = ReadReport(source=source)
+        fmt = self.resolved_format(path)
+        if fmt == "parquet":
+            frame, unit = self._read_parquet(path, schema), "row"
+        else:
+            frame, unit = self._read_text(path, schema, "\t" if fmt == "tsv" else self.sep, report), "line"
+        frame = to_float(
+            frame, schema.dense_names, source=source, report=report, skip_bad_rows=self.skip_bad_rows, unit=unit
+        )
+        frame[schema.label] = check_labels(frame[schema.label], source)
+        report.rows_read = len(frame)
+        report.notes["format"] = fmt
+        return RawData(frame=frame, schema=schema, report=report)
+
+    # -- formats ---------------------------------------------------------------------------
+    @staticmethod
+    def _needed(schema: Schema) -> list[str]:
+        return [*schema.names, schema.label]
+
+    def _check_columns(self, schema: Schema, available: list[str], source: str) -> None:
+        missing = [c for c in self._needed(schema) if c not in available]
+        if missing:
+            raise SchemaError(
+                f"{source}: columns {missing} named in schema {self.schema_file()} are not in the data; "
+                f"available columns: {available}"
+            )
+
+    def _read_text(self, path: Path, schema: Schema, sep: str, report: ReadReport) -> pd.DataFrame:
+        source = str(path)
+        data = read_bytes(path)
+        quoted = b'"' in data
+        scanned = scan_lines(
+            data, source=source, sep=sep, expected=None, header=True, quoted=quoted, report=report,
+            skip_bad_rows=self.skip_bad_rows,
+        )
+        assert scanned.header is not None
+        header = [h.strip().lstrip("\ufeff") for h in scanned.header]
+        self._check_columns(schema, header, source)
+        frame = parse_table(
+            scanned.data, source=source, sep=sep, names=header, header=True, quoted=quoted,
+            include=self._needed(schema),
+        )
+        return check_parsed(frame, scanned.lines, source)
+
+    def _read_parquet(self, path: Path, schema: Schema) -> pd.DataFrame:
+        import pyarrow.parquet as pq
+
+        source = str(path)
+        try:
+            available = list(pq.read_schema(path).names)
+        except Exception as e:  # pyarrow raises several types for a non-parquet file
+            raise DataError(f"{source}: not a readable Parquet file ({e})") from e
+        self._check_columns(schema, available, source)
+        table = pq.read_table(path, columns=self._needed(schema))
+        if table.num_rows == 0:
+            raise DataError(f"{source}: the dataset is empty (no data rows)")
+        cols: dict[str, Any] = {}
+        for name in self._needed(schema):
+            arr = table[name]
+            if name in schema.sparse_names:
+                cols[name] = _id_strings(arr, schema[name].separator).to_pandas().astype(str)
+            else:
+                cols[name] = arr.to_pandas()
+        frame = pd.DataFrame(cols)
+        frame.index = pd.RangeIndex(1, len(frame) + 1, name="row")
+        return frame
+
+
+def _id_strings(arr: pa.ChunkedArray, separator: str) -> pa.ChunkedArray:
+    """An Arrow column as id strings (vectorised): nulls -> "", whole floats without ".0",
+    list cells joined by ``separator``."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr = arr.cast(t.value_type)
+        t = arr.type
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        lists = arr.combine_chunks()
+        values = _id_strings(pa.chunked_array([lists.flatten()], t.value_type), separator).combine_chunks()
+        offsets = pc.subtract(lists.offsets, lists.offsets[0])
+        rebuilt = type(lists).from_arrays(offsets, values, mask=lists.is_null())
+        return pc.fill_null(pc.binary_join(rebuilt, separator), "")
+    if pa.types.is_floating(t):
+        x = arr.to_numpy()
+        fin = np.isfinite(x)
+        if (x[fin] == np.round(x[fin])).all():  # integer ids stored as float because of nulls
+            arr = pa.chunked_array([pa.array(np.where(fin, x, 0).astype(np.int64), mask=~fin)])
+    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+        arr = arr.cast(pa.string())
+    return pc.fill_null(arr, "")

@@ -1,0 +1,57 @@
+"""Smoke tests of the committed benchmarks: they run end to end at tiny sizes, so they cannot rot.
+
+The numbers of a ``--quick`` run are meaningless; only the output layout is checked.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.benchmarks import train_throughput
+
+
+def test_train_throughput_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SALIENCE_DATA_DIR", raising=False)  # the real-file stage is optional
+    assert train_throughput.main(["--quick", "--threads", "1", "--output-dir", str(tmp_path)]) == 0
+
+    result = json.loads((tmp_path / "train_throughput.json").read_text())
+    assert {"benchmark", "date", "command", "seeds", "config", "environment", "training", "pipeline"} <= set(result)
+    assert {"cpu_model", "cpu_count", "torch", "torchrec", "fbgemm_gpu", "torch_threads"} <= set(result["environment"])
+    assert result["environment"]["torch_threads"] == 1
+    assert "--quick" in result["command"]
+
+    training = result["training"]
+    for part in ("full", "sparse_only"):
+        block = training[part]
+        assert set(block["summary"]) == {"plain", "fused"}
+        for name in ("plain", "fused"):
+            rates = block["samples_per_s"][name]
+            assert len(rates) == result["config"]["repeats"] and all(r > 0 for r in rates)
+            assert {"median", "min", "max", "iqr", "rel_spread"} <= set(block["summary"][name])
+        assert block["ratio_fused_over_plain"]["of_medians"] > 0
+        assert block["faster"] in ("plain", "fused")
+
+    pipeline = result["pipeline"]
+    assert "skipped" in pipeline["criteo_head10k"]
+    synthetic = pipeline["synthetic_tsv"]
+    assert synthetic["rows"] == result["config"]["synthetic_rows"]
+    assert set(synthetic["rows_per_s"]) == {"read", "fit", "transform", "batches", "end_to_end"}
+
+    markdown = (tmp_path / "train_throughput.md").read_text()
+    assert "| plain |" in markdown and "| fused |" in markdown and "synthetic_tsv" in markdown
+
+
+def test_train_throughput_reads_the_real_criteo_head(
+    tmp_path: Path, data_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``$SALIENCE_DATA_DIR`` the pipeline stage also runs on the real 10k-row head."""
+    from tests.conftest import require_dataset
+
+    require_dataset(data_dir, "criteo-kaggle-head10k")
+    cfg = train_throughput.BenchConfig.quick()
+    out = train_throughput.bench_pipeline(train_throughput.REAL_CRITEO, cfg.real_rows, cfg)
+    assert out["rows"] == cfg.real_rows
+    assert all(out["rows_per_s"][k]["median"] > 0 for k in ("read", "fit", "transform", "batches", "end_to_end"))
