@@ -47,6 +47,7 @@ class DLRM(_Projected):
         interaction_dim: common width of the dot interaction (default: the bottom MLP's last
             size, or the largest embedding dim without dense features).
         dropout: dropout in the top MLP.
+        batch_norm: batch norm in the bottom and top MLPs.
         sparse_arch: embedding kernel settings.
         seam: transform at the seam.
     """
@@ -58,13 +59,14 @@ class DLRM(_Projected):
         top_mlp: list[int] = [128, 64],  # noqa: B006
         interaction_dim: int | None = None,
         dropout: float = 0.0,
+        batch_norm: bool = False,
         sparse_arch: SparseArchConfig | None = None,
         seam: SeamTransform | None = None,
     ) -> None:
         super().__init__(schema, sparse_arch, seam)
         width = interaction_dim or (bottom_mlp[-1] if self.num_dense else max(self.embedding_dims))
         self.interaction_dim = width
-        self.dense_arch = MLP(self.num_dense, [*bottom_mlp[:-1], width]) if self.num_dense else nn.Identity()
+        self.dense_arch = MLP(self.num_dense, [*bottom_mlp[:-1], width], batch_norm=batch_norm) if self.num_dense else nn.Identity()
         self.projections = _projections(self.embedding_dims, self.sparse_names, width)
         n = len(self.sparse_names) + (1 if self.num_dense else 0)
         self.num_vectors = n
@@ -72,7 +74,7 @@ class DLRM(_Projected):
         self.register_buffer("tri_rows", rows, persistent=False)
         self.register_buffer("tri_cols", cols, persistent=False)
         over_in = n * (n - 1) // 2 + (width if self.num_dense else 0)
-        self.over_arch = nn.Sequential(MLP(over_in, top_mlp, dropout), nn.Linear(top_mlp[-1] if top_mlp else over_in, 1))
+        self.over_arch = nn.Sequential(MLP(over_in, top_mlp, dropout, batch_norm=batch_norm), nn.Linear(top_mlp[-1] if top_mlp else over_in, 1))
 
     def interact(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
         vectors = self.project(sparse)
@@ -128,6 +130,7 @@ class DCNv2(RankingModel):
         deep_mlp: deep network sizes.
         structure: ``"stacked"`` (cross then deep) or ``"parallel"`` (cross || deep).
         dropout: dropout in the deep network.
+        batch_norm: batch norm in the deep network.
         sparse_arch: embedding kernel settings.
         seam: transform at the seam.
     """
@@ -140,6 +143,7 @@ class DCNv2(RankingModel):
         deep_mlp: list[int] = [256, 128],  # noqa: B006
         structure: str = "parallel",
         dropout: float = 0.0,
+        batch_norm: bool = False,
         sparse_arch: SparseArchConfig | None = None,
         seam: SeamTransform | None = None,
     ) -> None:
@@ -150,7 +154,7 @@ class DCNv2(RankingModel):
         self.in_features = in_features
         self.parallel = structure == "parallel"
         self.cross = CrossNetwork(in_features, cross_layers, low_rank)
-        self.deep = MLP(in_features, deep_mlp, dropout)
+        self.deep = MLP(in_features, deep_mlp, dropout, batch_norm=batch_norm)
         head_in = in_features + self.deep.out_features if self.parallel else self.deep.out_features
         self.head = nn.Linear(head_in, 1)
 
@@ -175,6 +179,7 @@ class DeepFM(_Projected):
         deep_mlp: deep network sizes.
         fm_dim: common FM width (default: the largest embedding dim).
         dropout: dropout in the deep network.
+        batch_norm: batch norm in the deep network.
         sparse_arch: embedding kernel settings.
         seam: transform at the seam.
     """
@@ -185,6 +190,7 @@ class DeepFM(_Projected):
         deep_mlp: list[int] = [256, 128],  # noqa: B006
         fm_dim: int | None = None,
         dropout: float = 0.0,
+        batch_norm: bool = False,
         sparse_arch: SparseArchConfig | None = None,
         seam: SeamTransform | None = None,
     ) -> None:
@@ -196,7 +202,7 @@ class DeepFM(_Projected):
         self.dense_linear = nn.Linear(self.num_dense, 1)  # also the global bias
         self.dense_vectors = nn.Parameter(torch.randn(self.num_dense, width) * 0.01)
         self.deep = nn.Sequential(
-            MLP(sum(self.embedding_dims) + self.num_dense, deep_mlp, dropout),
+            MLP(sum(self.embedding_dims) + self.num_dense, deep_mlp, dropout, batch_norm=batch_norm),
             nn.Linear(deep_mlp[-1] if deep_mlp else sum(self.embedding_dims) + self.num_dense, 1),
         )
 

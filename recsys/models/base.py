@@ -107,20 +107,25 @@ class SparseArch(nn.Module):
                 opt_cls: type = RowWiseAdagrad
             else:
                 opt_cls = torch.optim.SGD if opt is FusedOptimizer.SGD else torch.optim.Adagrad
-            # build a plain EBC first so that both kernels start from the same initial weights
+            # build a plain EBC first so that both kernels start from the same initial weights,
+            # and the fused one under a forked RNG so the layers built after it draw the same
+            # numbers as with the plain kernel
             plain = EmbeddingBagCollection(tables=tables)
-            self.embedding_bag_collection = FusedEmbeddingBagCollection(
-                tables=tables,
-                optimizer_type=opt_cls,
-                optimizer_kwargs={"lr": config.fused_lr},
-                device=torch.device("cpu"),
-            )
+            with torch.random.fork_rng():
+                self.embedding_bag_collection = FusedEmbeddingBagCollection(
+                    tables=tables,
+                    optimizer_type=opt_cls,
+                    optimizer_kwargs={"lr": config.fused_lr},
+                    device=torch.device("cpu"),
+                )
             self.embedding_bag_collection.load_state_dict(plain.state_dict())
         else:
             self.embedding_bag_collection = EmbeddingBagCollection(tables=tables)
 
     def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
-        return self.embedding_bag_collection(kjt).to_dict()
+        # rebuild in feature order: a sharded EBC returns its keys in another order
+        pooled = self.embedding_bag_collection(kjt).to_dict()
+        return {name: pooled[name] for name in self.feature_names}
 
     @property
     def is_fused(self) -> bool:
@@ -131,13 +136,18 @@ class SparseArch(nn.Module):
 
 
 class MLP(nn.Sequential):
-    """Linear -> ReLU (-> Dropout) stack; ``last_activation=False`` leaves the last layer linear."""
+    """Linear (-> BatchNorm) -> ReLU (-> Dropout) stack; ``last_activation=False`` leaves the
+    last layer linear."""
 
-    def __init__(self, in_features: int, sizes: list[int], dropout: float = 0.0, last_activation: bool = True) -> None:
+    def __init__(
+        self, in_features: int, sizes: list[int], dropout: float = 0.0, last_activation: bool = True, batch_norm: bool = False
+    ) -> None:
         layers: list[nn.Module] = []
         for i, size in enumerate(sizes):
             layers.append(nn.Linear(in_features, size))
             if last_activation or i < len(sizes) - 1:
+                if batch_norm:
+                    layers.append(nn.BatchNorm1d(size))
                 layers.append(nn.ReLU())
                 if dropout > 0:
                     layers.append(nn.Dropout(dropout))

@@ -36,6 +36,7 @@ class SalienceCLI(LightningCLI):
     """LightningCLI with schema linking, MLflow tracking and test + export after fit."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+        self.export_report: dict[str, Any] | None = None
         super().__init__(
             RankingTask,
             CTRDataModule,
@@ -98,22 +99,34 @@ class SalienceCLI(LightningCLI):
         if tracking is not None:
             tracking.finish()
 
-    def _export(self, export_dir: str | None, tracking: MlflowTracking | None) -> Path:
-        from recsys.export import export_model
+    def _export(self, export_dir: str | None, tracking: MlflowTracking | None) -> None:
+        """Export the (best) model, then check it against eager in a fresh process on real rows."""
+        import numpy as np
 
-        run_id = tracking.tracker.run_id if tracking is not None and tracking.tracker is not None else "local"
+        from recsys.data.batching import make_batch
+        from recsys.export import check_parity_in_fresh_process, export_model
+
+        tracker = tracking.tracker if tracking is not None else None
+        run_id = tracker.run_id if tracker is not None else "local"
         out = Path(export_dir) if export_dir else Path(self.trainer.default_root_dir) / "exports" / run_id
-        result = export_model(
-            self.model.model,
+        model = self.model.model
+        export_model(
+            model,
             self.datamodule.preprocessor,
             out,
             metadata={"arch": self.model.hparams.arch, "mlflow_run_id": run_id, "dataset": self.datamodule.dataset_name},
         )
-        log.info("exported the model to %s", out)
-        print(f"exported model: {out}")
-        if tracking is not None and tracking.tracker is not None:
-            tracking.tracker.log_artifact(out, "model")
-        return Path(getattr(result, "output_dir", out))
+        splits = self.datamodule.prepared.splits
+        data = splits.get("test") or splits["val"]
+        # batch sizes and rows that differ from anything the export saw
+        rows = np.random.default_rng(0).permutation(len(data))
+        batches = [make_batch(data, rows[:n]) for n in (1, 7, min(1024, len(data)))]
+        diff = check_parity_in_fresh_process(out, model, batches)
+        self.export_report = {"output_dir": str(out), "parity_max_abs_diff": diff}
+        print(f"exported model: {out} (fresh-process parity: max |eager - exported| = {diff:.2e})")
+        if tracker is not None:
+            tracker.log_metrics({"export_parity_max_abs_diff": diff})
+            tracker.log_artifact(out, "model")
 
 
 def run_cli(args: list[str] | None = None) -> SalienceCLI:

@@ -67,7 +67,10 @@ class RankingTask(pl.LightningModule):
         fused_lr: learning rate of fused tables.
         optimizer: optimizer of the dense (and plain embedding) parameters.
         learning_rate: its learning rate.
-        weight_decay: its weight decay (not applied to embedding tables).
+        weight_decay: L2 penalty of the dense (non-embedding) parameters.
+        embedding_weight_decay: L2 penalty of plain embedding tables (FuxiCTR's
+            ``embedding_regularizer``; coupled L2 in the gradient, so with Adam it acts like
+            the explicit penalty ``0.5 * wd * ||E||^2``).
         early_stopping_patience: validation epochs without AUC gain before stopping (0 = off).
     """
 
@@ -82,6 +85,7 @@ class RankingTask(pl.LightningModule):
         optimizer: Literal["adam", "adamw", "adagrad", "sgd"] = "adam",
         learning_rate: float = 1e-3,
         weight_decay: float = 0.0,
+        embedding_weight_decay: float = 0.0,
         early_stopping_patience: int = 2,
     ) -> None:
         super().__init__()
@@ -153,7 +157,7 @@ class RankingTask(pl.LightningModule):
         params = self.model.dense_parameters()
         groups = [
             {"params": [p for p in params if id(p) not in embedding_ids], "weight_decay": hp.weight_decay},
-            {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": 0.0},
+            {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": hp.embedding_weight_decay},
         ]
         groups = [g for g in groups if g["params"]]
         optimizers: dict[str, type[torch.optim.Optimizer]] = {

@@ -177,13 +177,6 @@ def test_fused_forward_equals_plain_with_same_weights(cls: type[RankingModel], o
     torch.testing.assert_close(fast(dense, kjt), plain(dense, kjt), rtol=0.0, atol=1e-6)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: SparseArch builds the fused EBC after a plain EBC, so the fused path draws "
-    "more numbers from the global RNG and every layer after the sparse arch starts from other "
-    "weights under the same seed (fix: build the FusedEmbeddingBagCollection inside "
-    "torch.random.fork_rng()).",
-)
 def test_same_seed_gives_same_initial_model_for_both_kernels() -> None:
     torch.manual_seed(0)
     plain = build(DCNv2, 2)
@@ -535,12 +528,6 @@ def test_interaction_does_not_depend_on_keyed_tensor_order() -> None:
         torch.testing.assert_close(model(dense, kjt), expected, rtol=0.0, atol=0.0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: SparseArch.forward returns KeyedTensor.to_dict() in the KeyedTensor's order, "
-    "so a sharded EBC (which reorders keys) hands the seam a dict out of feature order, against "
-    "the SeamTransform contract (fix: d = kt.to_dict(); return {n: d[n] for n in self.feature_names}).",
-)
 def test_seam_keys_in_feature_order_whatever_the_keyed_tensor_order() -> None:
     torch.manual_seed(0)
     seam = RecordKeys()
