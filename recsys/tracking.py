@@ -30,8 +30,12 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 def tracking_uri() -> str:
-    """``$MLFLOW_TRACKING_URI`` if set, else ``sqlite:///mlflow.db`` in the working directory."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    """``$MLFLOW_TRACKING_URI`` if set, else ``mlflow.db`` in the working directory.
+
+    The default is made absolute, so a process that changes directory keeps one store (MLflow
+    caches stores by URI string).
+    """
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{Path.cwd() / 'mlflow.db'}"
 
 
 def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:

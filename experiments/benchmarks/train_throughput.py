@@ -391,14 +391,20 @@ def _fmt(x: float) -> str:
 
 
 def _busy_note(env: dict[str, Any]) -> list[str]:
-    """A warning line when other processes loaded the machine during the run."""
+    """A warning line when other processes loaded the machine around the run.
+
+    The 1-min load at the end includes this benchmark's own threads, so it is compared with
+    ``torch_threads`` plus a margin; the load at the start is (almost) all other processes.
+    """
     cpus = env.get("cpus_available") or 1
-    loads = [v for key in ("load_average_at_start", "load_average_at_end") for v in (env.get(key) or [])[:1]]
-    if loads and max(loads) > 0.5 * cpus + 1.0:
+    start = (env.get("load_average_at_start") or [0.0])[0]
+    end = (env.get("load_average_at_end") or [0.0])[0]
+    if start > 0.5 * cpus or end > env.get("torch_threads", cpus) + 0.5 * cpus:
         return [
             "",
-            f"**Warning: the machine was busy** (1-min load up to {max(loads):.2f} on {cpus} CPUs, this run included): "
-            "medians are slowed by other processes; the fastest repeat of each variant is the better estimate.",
+            f"**Warning: the machine was busy** (1-min load {start:.2f} at the start, {end:.2f} at the end, "
+            f"on {cpus} CPUs): other processes slowed some repeats; the fastest repeat of each variant is the "
+            "better estimate.",
         ]
     return []
 

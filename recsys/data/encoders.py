@@ -161,7 +161,7 @@ class EncodedData:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes().decode())
             names = meta["sparse"]
-            return cls(
+            data = cls(
                 names,
                 meta["dense"],
                 {n: z[f"v{i}"] for i, n in enumerate(names)},
@@ -170,6 +170,11 @@ class EncodedData:
                 z["labels"],
                 EncodeStats.from_dict(meta["stats"]),
             )
+        n = len(data)
+        bad = [m for m in names if len(data.lengths[m]) != n or int(data.lengths[m].sum()) != len(data.values[m])]
+        if data.dense.shape != (n, len(data.dense_names)) or bad:
+            raise ValueError(f"{path}: inconsistent arrays (features {bad}, dense {data.dense.shape}, {n} labels)")
+        return data
 
 
 def gather_jagged(
@@ -177,9 +182,9 @@ def gather_jagged(
 ) -> tuple[np.ndarray, np.ndarray]:
     """Gather the jagged rows ``rows``: returns (flat values, lengths). Vectorised."""
     lens = lengths[rows]
-    if lens.size and (lens == 1).all() and len(values) == len(lengths):
-        return values[rows], lens
     starts = offsets[rows]
+    if lens.size and (lens == 1).all():  # one id per selected row: a plain gather at the row starts
+        return values[starts], lens
     total = int(lens.sum())
     out_start = np.zeros(len(rows), dtype=np.int64)
     np.cumsum(lens[:-1], out=out_start[1:])

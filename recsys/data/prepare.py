@@ -41,7 +41,7 @@ class SplitConfig:
 
     def __post_init__(self) -> None:
         parts = (self.train, self.val, self.test)
-        if any(p < 0 for p in parts) or abs(sum(parts) - 1.0) > 1e-6 or self.train <= 0:
+        if any(not p >= 0 for p in parts) or not abs(sum(parts) - 1.0) <= 1e-6 or not self.train > 0:  # NaN fails
             raise ValueError(f"split fractions must be >= 0, train > 0 and sum to 1, got {parts}")
 
 
@@ -82,12 +82,22 @@ class PreparedData:
 
     @classmethod
     def load(cls, folder: Path) -> PreparedData:
-        splits = {name: EncodedData.load(folder / f"{name}.npz") for name in SPLITS if (folder / f"{name}.npz").exists()}
-        return cls(
-            splits,
-            Preprocessor.load(folder / "preprocessor.json"),
-            json.loads((folder / "summary.json").read_text()),
-        )
+        """Load a saved folder; raises when a split the summary lists is missing or has other rows."""
+        summary = json.loads((folder / "summary.json").read_text())
+        counts = summary.get("split", {})
+        splits = {}
+        for name in SPLITS:
+            path = folder / f"{name}.npz"
+            expected = counts.get(f"{name}_rows")
+            if expected is None and not path.exists():
+                continue
+            if expected == 0:
+                continue
+            data = EncodedData.load(path)  # FileNotFoundError when a listed split is gone
+            if expected is not None and len(data) != int(expected):
+                raise ValueError(f"{path}: {len(data)} rows, the summary says {expected}")
+            splits[name] = data
+        return cls(splits, Preprocessor.load(folder / "preprocessor.json"), summary)
 
 
 def _check_split(name: str, labels: np.ndarray, source: str) -> None:
@@ -146,7 +156,7 @@ def prepare_data(
             prepared = PreparedData.load(folder)
             log.info("loaded encoded %s data from cache %s", reader.name, folder)
             return prepared
-        except (OSError, ValueError, KeyError) as e:  # a damaged cache is rebuilt, never trusted
+        except Exception as e:  # a damaged cache is rebuilt, never trusted (BadZipFile, EOFError, ...)
             log.warning("ignoring unreadable cache %s: %s", folder, e)
 
     raw = _apply_options(reader.read(), features, drop_features, embedding_dim)

@@ -208,6 +208,11 @@ class Schema:
     def from_dict(cls, data: Mapping[str, Any], source: str = "schema") -> Schema:
         if "features" not in data:
             raise SchemaError(f"{source}: missing key 'features'")
+        unknown = set(data) - {"name", "label", "features", "extras"}
+        if unknown:  # a typo such as 'lable' must not silently fall back to the default
+            raise SchemaError(
+                f"{source}: unknown keys {sorted(unknown)}; allowed: ['extras', 'features', 'label', 'name']"
+            )
         feats = []
         for i, raw in enumerate(data["features"]):
             if isinstance(raw, str):

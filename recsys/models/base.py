@@ -98,6 +98,9 @@ class SparseArch(nn.Module):
         self.feature_names: list[str] = schema.sparse_names
         self.embedding_bag_collection: nn.Module
         if self.kernel is EmbeddingKernel.FUSED:
+            misaligned = [f"{f.name}={f.embedding_dim}" for f in schema.sparse if f.embedding_dim % 4]
+            if misaligned:
+                raise ValueError(f"the fused FBGEMM kernel needs embedding dims that are multiples of 4; got {misaligned}")
             from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
 
             opt = FusedOptimizer(config.fused_optimizer)

@@ -15,6 +15,8 @@ from typing import Any
 
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from recsys.data.raw import DataError
+from recsys.data.schema import SchemaError
 from recsys.tracking import MlflowTracking
 from recsys.train.datamodule import CTRDataModule
 from recsys.train.module import RankingTask
@@ -29,6 +31,8 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "default_root_dir": "runs",
     "deterministic": True,
     "num_sanity_val_steps": 0,
+    # FBGEMM's fused CPU kernels dispatch through autograd; inference mode bypasses it
+    "inference_mode": False,
 }
 
 
@@ -54,6 +58,17 @@ class SalienceCLI(LightningCLI):
         parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
         parser.add_argument("--after_fit.export", type=bool, default=True, help="export the best model to TorchScript")
         parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except ValueError as e:
+            # jsonargparse wraps errors raised while linking data -> model.schema; surface the
+            # original, which names the file, line or config key
+            cause = e.__cause__
+            if isinstance(cause, (SchemaError, DataError, OSError)):
+                raise cause from None
+            raise
 
     # -- hooks -------------------------------------------------------------------------------
     @property

@@ -32,6 +32,7 @@ def test_train_throughput_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
             assert len(rates) == result["config"]["repeats"] and all(r > 0 for r in rates)
             assert {"median", "min", "max", "iqr", "rel_spread"} <= set(block["summary"][name])
         assert block["ratio_fused_over_plain"]["of_medians"] > 0
+        assert block["ratio_fused_over_plain"]["of_best"] > 0
         assert block["faster"] in ("plain", "fused")
 
     pipeline = result["pipeline"]

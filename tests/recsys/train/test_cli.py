@@ -1,0 +1,194 @@
+"""End-to-end tests of ``salience fit|test|predict|export`` on small synthetic data."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from mlflow import MlflowClient
+
+from experiments.cli import main as salience
+from recsys.data.raw import DataError
+from recsys.data.schema import SchemaError
+from recsys.tracking import tracking_uri
+from recsys.train.checkpoint import load_checkpoint
+from recsys.train.cli import SalienceCLI
+
+CONFIG = Path(__file__).resolve().parents[3] / "experiments" / "configs" / "synthetic_dcnv2.yaml"
+
+
+def fit_args(root: Path, *extra: str, rows: int = 4000, epochs: int = 2) -> list[str]:
+    return [
+        "fit",
+        "--config",
+        str(CONFIG),
+        "--data.reader.init_args.n_rows",
+        str(rows),
+        "--data.reader.init_args.embedding_dim",
+        "8",
+        "--data.batch_size",
+        "256",
+        "--data.cache_dir",
+        str(root / "cache"),
+        "--model.arch_args",
+        "{cross_layers: 1, deep_mlp: [32]}",
+        "--trainer.max_epochs",
+        str(epochs),
+        "--trainer.default_root_dir",
+        str(root / "run"),
+        "--trainer.enable_progress_bar",
+        "false",
+        "--trainer.enable_model_summary",
+        "false",
+        *extra,
+    ]
+
+
+@pytest.fixture(scope="module")
+def fitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[SalienceCLI, Path]:
+    root = tmp_path_factory.mktemp("fit")
+    mp = pytest.MonkeyPatch()
+    mp.chdir(root)
+    mp.delenv("MLFLOW_TRACKING_URI", raising=False)
+    try:
+        cli = SalienceCLI(args=fit_args(root))
+    finally:
+        mp.undo()
+    return cli, root
+
+
+def _run(cli: SalienceCLI, root: Path):
+    client = MlflowClient(f"sqlite:///{root}/mlflow.db")
+    return client, client.get_run(cli.tracking.tracker.run_id)
+
+
+def test_fit_logs_a_complete_mlflow_run(fitted: tuple[SalienceCLI, Path]) -> None:
+    cli, root = fitted
+    client, run = _run(cli, root)
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == "synthetic"  # one experiment per dataset
+    metrics = run.data.metrics
+    for key in ("val_auc", "val_logloss", "train_loss_epoch", "test_auc", "test_logloss", "best_val_auc", "embedding_parameters"):
+        assert key in metrics, key
+    assert 0.5 < metrics["test_auc"] <= 1.0
+    assert metrics["export_parity_max_abs_diff"] <= 1e-6
+    assert len(client.get_metric_history(run.info.run_id, "val_auc")) == 2  # one point per epoch
+    assert run.data.params["model.arch"] == "dcnv2"
+    assert int(run.data.params["data.rows_read"]) == 4000
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"config.yaml", "data_summary.json", "schema.json", "training_curve.png", "model"} <= artifacts
+    model_files = {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "model")}
+    assert {"model.pt", "schema.json", "loader.py"} <= model_files
+    config = client.download_artifacts(run.info.run_id, "config.yaml", str(root / "dl"))
+    assert "SyntheticReader" in Path(config).read_text()
+
+
+def test_checkpoint_loads_without_pickle_and_matches_trained_model(fitted: tuple[SalienceCLI, Path]) -> None:
+    cli, _ = fitted
+    best = cli.trainer.checkpoint_callback.best_model_path
+    loaded = load_checkpoint(best)  # weights_only=True inside
+    batch = next(iter(cli.datamodule.test_dataloader()))
+    cli.model.eval()
+    with torch.no_grad():
+        expected = cli.model(batch)
+        got = loaded.model(batch.dense_features, batch.sparse_features)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+    assert loaded.preprocessor.fitted_schema == cli.datamodule.preprocessor.fitted_schema
+
+
+def test_export_command_writes_a_serving_folder_that_matches_eager(fitted: tuple[SalienceCLI, Path], tmp_path: Path, capsys) -> None:
+    cli, _ = fitted
+    out = tmp_path / "export"
+    assert salience(["export", "--checkpoint", cli.trainer.checkpoint_callback.best_model_path, "--output", str(out)]) == 0
+    assert {"model.pt", "schema.json", "loader.py"} <= {p.name for p in out.iterdir()}
+    assert "max |eager - exported| = 0.00e+00" in capsys.readouterr().out
+
+
+def test_same_seed_same_metrics(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cli, _ = fitted
+    monkeypatch.chdir(tmp_path)
+    again = SalienceCLI(args=fit_args(tmp_path, "--after_fit.export", "false", "--tracking.enabled", "false"))
+    assert float(again.trainer.callback_metrics["test_auc"]) == float(cli.trainer.callback_metrics["test_auc"])
+
+
+def test_resume_from_checkpoint_equals_uninterrupted_run(tmp_cwd: Path) -> None:
+    common = ("--after_fit.export", "false", "--tracking.enabled", "false", "--model.early_stopping_patience", "0")
+    straight = SalienceCLI(args=fit_args(tmp_cwd / "a", *common, epochs=2))
+    SalienceCLI(args=fit_args(tmp_cwd / "b", *common, epochs=1))
+    last = tmp_cwd / "b" / "run" / "checkpoints" / "last.ckpt"
+    resumed = SalienceCLI(args=fit_args(tmp_cwd / "b", *common, "--ckpt_path", str(last), epochs=2))
+    assert resumed.trainer.global_step == straight.trainer.global_step
+    for (name, a), (_, b) in zip(straight.model.state_dict().items(), resumed.model.state_dict().items()):
+        torch.testing.assert_close(a, b, rtol=0, atol=0, msg=name)
+
+
+def test_crash_marks_the_mlflow_run_failed(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from recsys.train.module import RankingTask
+
+    def boom(self, batch, batch_idx):
+        raise RuntimeError("simulated crash")
+
+    monkeypatch.setattr(RankingTask, "training_step", boom)
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        SalienceCLI(args=fit_args(tmp_cwd))
+    client = MlflowClient(tracking_uri())
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert [r.info.status for r in runs] == ["FAILED"]
+    assert "simulated crash" in runs[0].data.tags["salience.error"]
+
+
+def test_mlflow_tracking_uri_env_overrides_default(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    uri = f"sqlite:///{tmp_cwd}/elsewhere.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    SalienceCLI(args=fit_args(tmp_cwd, "--after_fit.export", "false", epochs=1))
+    assert (tmp_cwd / "elsewhere.db").exists() and not (tmp_cwd / "mlflow.db").exists()
+    assert MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name("synthetic").experiment_id])
+
+
+def test_config_naming_a_missing_feature_lists_available_columns(tmp_cwd: Path) -> None:
+    with pytest.raises(SchemaError, match=r"\['no_such_feature'\].*available columns: \[.*item_id"):
+        SalienceCLI(args=fit_args(tmp_cwd, "--data.features", "[item_id, no_such_feature]"))
+
+
+def test_unknown_arch_arg_names_the_config_key(tmp_cwd: Path) -> None:
+    with pytest.raises(ValueError, match=r"model.arch_args: unknown key\(s\) \['cross_layerz'\]"):
+        SalienceCLI(args=fit_args(tmp_cwd, "--model.arch_args", "{cross_layerz: 2}"))
+
+
+def test_split_with_one_class_is_a_clear_error(tmp_cwd: Path) -> None:
+    # 40 rows at a CTR of 0.25: the 4-row test split is single-class for some split seeds
+    import numpy as np
+
+    from recsys.data.prepare import SplitConfig, split_indices
+    from recsys.data.synthetic import SyntheticReader
+
+    labels = SyntheticReader(n_rows=40, embedding_dim=8).read().labels
+    seed = next(s for s in range(1000) if len(np.unique(labels[split_indices(40, SplitConfig(seed=s))["test"]])) == 1)
+    with pytest.raises(DataError, match=r"the (val|test) split has only one class \(label=\d, 4 rows\)"):
+        SalienceCLI(args=fit_args(tmp_cwd, "--data.split", f"{{train: 0.8, val: 0.1, test: 0.1, seed: {seed}}}", rows=40))
+
+
+def test_every_architecture_trains_through_the_cli(tmp_cwd: Path) -> None:
+    for arch, args in (("dlrm", "{bottom_mlp: [8], top_mlp: [16]}"), ("deepfm", "{deep_mlp: [16]}")):
+        cli = SalienceCLI(
+            args=fit_args(tmp_cwd / arch, "--model.arch", arch, "--model.arch_args", args, "--tracking.enabled", "false", epochs=1)
+        )
+        assert 0.0 <= float(cli.trainer.callback_metrics["test_auc"]) <= 1.0  # quality: experiments/benchmarks/quality.py
+        assert cli.export_report["parity_max_abs_diff"] <= 1e-6
+
+
+def test_fused_kernel_trains_and_resumes_its_optimizer_state(tmp_cwd: Path) -> None:
+    common = ("--model.embedding_kernel", "fused", "--tracking.enabled", "false", "--after_fit.export", "false")
+    cli = SalienceCLI(args=fit_args(tmp_cwd, *common, epochs=1))
+    ckpt = torch.load(tmp_cwd / "run" / "checkpoints" / "last.ckpt", weights_only=True)
+    assert "fused_optimizer" in ckpt
+    assert float(cli.trainer.callback_metrics["test_auc"]) > 0.5
+
+
+def test_console_script_help() -> None:
+    out = subprocess.run([sys.executable, "-m", "experiments.cli", "--help"], capture_output=True, text=True, check=True).stdout
+    for command in ("fit", "test", "predict", "export", "demo", "bench"):
+        assert command in out
