@@ -58,6 +58,9 @@ class SalienceCLI(LightningCLI):
         parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
         parser.add_argument("--after_fit.export", type=bool, default=True, help="export the best model to TorchScript")
         parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
+        parser.add_argument(
+            "--predictions", type=str | None, default=None, help="CSV written by `predict` (default: <default_root_dir>/predictions.csv)"
+        )
 
     def instantiate_classes(self) -> None:
         try:
@@ -113,6 +116,22 @@ class SalienceCLI(LightningCLI):
             raise
         if tracking is not None:
             tracking.finish()
+
+    def after_predict(self) -> None:
+        """Write the test-split scores (with labels) to a CSV."""
+        import numpy as np
+        import pandas as pd
+        import torch
+
+        from recsys.io import atomic_write_text
+
+        cfg = self.config.get(str(self.subcommand), self.config)
+        out = Path(cfg["predictions"] or Path(self.trainer.default_root_dir) / "predictions.csv")
+        scores = torch.cat([p.reshape(-1) for p in self.trainer.predict_loop.predictions]).numpy()
+        labels = self.datamodule.prepared.splits["test"].labels
+        frame = pd.DataFrame({"row": np.arange(len(scores)), "label": labels[: len(scores)], "score": scores})
+        atomic_write_text(out, frame.to_csv(index=False))
+        print(f"wrote {len(frame):,} predictions of the test split to {out}")
 
     def _export(self, export_dir: str | None, tracking: MlflowTracking | None) -> None:
         """Export the (best) model, then check it against eager in a fresh process on real rows."""

@@ -192,3 +192,16 @@ def test_console_script_help() -> None:
     out = subprocess.run([sys.executable, "-m", "experiments.cli", "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("fit", "test", "predict", "export", "demo", "bench"):
         assert command in out
+
+
+def test_predict_writes_scores(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import pandas as pd
+
+    cli, root = fitted
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "scores.csv"
+    args = fit_args(root, "--tracking.enabled", "false")[1:]  # same config, `predict` instead of `fit`
+    SalienceCLI(args=["predict", *args, "--ckpt_path", cli.trainer.checkpoint_callback.best_model_path, "--predictions", str(out)])
+    frame = pd.read_csv(out)
+    assert len(frame) == len(cli.datamodule.prepared.splits["test"])
+    assert frame["score"].between(0, 1).all()
