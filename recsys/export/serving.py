@@ -37,7 +37,8 @@ from torchrec.modules.embedding_configs import PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.encoders import Preprocessor
-from recsys.data.schema import FeatureKind, Schema
+from recsys.data.batching import random_batch
+from recsys.data.schema import Schema
 from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch, SparseArchConfig
 
 __all__ = [
@@ -135,23 +136,16 @@ def kjt_to_lists(kjt: KeyedJaggedTensor, names: list[str]) -> tuple[list[torch.T
 
 
 def synthetic_inputs(
-    schema: Schema, batch_size: int, max_bag: int = 3, generator: torch.Generator | None = None
+    schema: Schema, batch_size: int, max_bag: int = 3, seed: int = 0
 ) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
-    """Random valid serving inputs: ids in ``[0, num_embeddings)``, bags of 0..max_bag ids.
+    """Random valid serving inputs (see :func:`recsys.data.batching.random_batch`).
 
     Returns:
         (values per sparse feature int64, lengths per sparse feature int32 B, dense B x D float32).
     """
-    g = generator if generator is not None else torch.Generator().manual_seed(0)
-    values, lengths = [], []
-    for f in schema.sparse:
-        if f.kind is FeatureKind.MULTI_CATEGORICAL:
-            lens = torch.randint(0, max_bag + 1, (batch_size,), generator=g, dtype=torch.int32)
-        else:
-            lens = torch.ones(batch_size, dtype=torch.int32)
-        values.append(torch.randint(0, int(f.num_embeddings or 1), (int(lens.sum()),), generator=g))
-        lengths.append(lens)
-    return values, lengths, torch.randn(batch_size, len(schema.dense), generator=g)
+    batch = random_batch(schema, batch_size, seed=seed, max_bag=max_bag)
+    values, lengths = kjt_to_lists(batch.sparse_features, schema.sparse_names)
+    return values, lengths, batch.dense_features
 
 
 def _kjt(names: list[str], values: list[torch.Tensor], lengths: list[torch.Tensor]) -> KeyedJaggedTensor:
@@ -356,10 +350,9 @@ def export_model(
     info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
     with _eval_mode(model, cpu_model):
         scripted = torch.jit.script(ServingModule(cpu_model))
-        g = torch.Generator().manual_seed(1234)
         diff = 0.0
         for batch_size in (1, 5):
-            values, lengths, dense = synthetic_inputs(schema, batch_size, 3, g)
+            values, lengths, dense = synthetic_inputs(schema, batch_size, 3, seed=1234 + batch_size)
             kjt = _kjt(schema.sparse_names, values, lengths).to(device)
             eager = torch.sigmoid(model(dense.to(device), kjt)).cpu()
             diff = max(diff, float((scripted(values, lengths, dense) - eager).abs().max()))

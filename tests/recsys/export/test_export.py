@@ -106,7 +106,7 @@ def build_model(name: str, schema: Schema, seed: int = 0) -> RankingModel:
 
 def random_batch(schema: Schema, batch_size: int, seed: int) -> Batch:
     """Random ids, multi-hot bags of 0..5 ids (export-time checks use at most 3, B in {1, 5})."""
-    values, lengths, dense = synthetic_inputs(schema, batch_size, 5, torch.Generator().manual_seed(seed))
+    values, lengths, dense = synthetic_inputs(schema, batch_size, 5, seed=seed)
     kjt = KeyedJaggedTensor(keys=schema.sparse_names, values=torch.cat(values), lengths=torch.cat(lengths))
     return Batch(dense_features=dense, sparse_features=kjt, labels=torch.zeros(batch_size))
 
@@ -220,7 +220,7 @@ def test_script_shapes(variant: str) -> None:
     fitted = Preprocessor(schema).fit(make_frame(60)).fitted_schema
     scripted = torch.jit.script(ServingModule(build_model("dlrm", fitted).eval()))
     for b in BATCH_SIZES:
-        values, lengths, dense = synthetic_inputs(fitted, b, 5, torch.Generator().manual_seed(b))
+        values, lengths, dense = synthetic_inputs(fitted, b, 5, seed=b)
         probs = scripted(values, lengths, dense)
         assert probs.shape == (b,) and probs.dtype == torch.float32
         assert bool(((probs >= 0) & (probs <= 1)).all())
