@@ -71,6 +71,9 @@ class RankingTask(pl.LightningModule):
         embedding_weight_decay: L2 penalty of plain embedding tables (FuxiCTR's
             ``embedding_regularizer``; coupled L2 in the gradient, so with Adam it acts like
             the explicit penalty ``0.5 * wd * ||E||^2``).
+        lr_plateau_factor: multiply the learning rate by this when validation AUC stops
+            improving (FuxiCTR's ``reduce_lr_on_plateau``); 1.0 turns it off.
+        lr_plateau_patience: validation epochs without AUC gain before the learning rate drops.
         early_stopping_patience: validation epochs without AUC gain before stopping (0 = off).
     """
 
@@ -86,6 +89,8 @@ class RankingTask(pl.LightningModule):
         learning_rate: float = 1e-3,
         weight_decay: float = 0.0,
         embedding_weight_decay: float = 0.0,
+        lr_plateau_factor: float = 1.0,
+        lr_plateau_patience: int = 0,
         early_stopping_patience: int = 2,
     ) -> None:
         super().__init__()
@@ -151,7 +156,7 @@ class RankingTask(pl.LightningModule):
         return torch.sigmoid(self(batch))
 
     # -- optimisation ----------------------------------------------------------------------
-    def configure_optimizers(self) -> torch.optim.Optimizer:
+    def configure_optimizers(self) -> Any:
         hp = self.hparams
         embedding_ids = {id(p) for p in self.model.sparse_arch.parameters()}
         params = self.model.dense_parameters()
@@ -166,7 +171,13 @@ class RankingTask(pl.LightningModule):
             "adagrad": torch.optim.Adagrad,
             "sgd": torch.optim.SGD,
         }
-        return optimizers[hp.optimizer](groups, lr=hp.learning_rate)
+        optimizer = optimizers[hp.optimizer](groups, lr=hp.learning_rate)
+        if hp.lr_plateau_factor >= 1.0:
+            return optimizer
+        scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
+            optimizer, mode="max", factor=hp.lr_plateau_factor, patience=hp.lr_plateau_patience
+        )
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_auc", "interval": "epoch"}}
 
     def configure_callbacks(self) -> list[Callback]:
         callbacks: list[Callback] = [
