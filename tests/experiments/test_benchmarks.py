@@ -9,13 +9,16 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from experiments.benchmarks import train_throughput
 
 
 def test_train_throughput_quick(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SALIENCE_DATA_DIR", raising=False)  # the real-file stage is optional
+    threads = torch.get_num_threads()
     assert train_throughput.main(["--quick", "--threads", "1", "--output-dir", str(tmp_path)]) == 0
+    assert torch.get_num_threads() == threads  # restored for the rest of the session
 
     result = json.loads((tmp_path / "train_throughput.json").read_text())
     assert {"benchmark", "date", "command", "seeds", "config", "environment", "training", "pipeline"} <= set(result)

@@ -15,7 +15,7 @@ Layout, following the project style (docs/style.md):
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Iterator
 
 import numpy as np
 import pandas as pd
@@ -51,6 +51,16 @@ B = 4
 # ---------------------------------------------------------------------------------------------
 # fixtures
 # ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _one_thread() -> Iterator[None]:
+    """Run single-threaded: these models are tiny, and with two intra-op threads every small op
+    waits on a barrier, which on a shared, busy machine made a 0.2 s test take 20 s."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def make_schema(num_dense: int) -> Schema:
