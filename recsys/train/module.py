@@ -62,13 +62,15 @@ class RankingTask(pl.LightningModule):
         arch: backbone name.
         arch_args: backbone constructor arguments (e.g. ``{cross_layers: 3, deep_mlp: [256, 128]}``).
         schema: fitted schema as a dict; the CLI links it from the datamodule.
-        embedding_kernel: ``plain`` (torchrec EBC) or ``fused`` (FBGEMM, optimizer in backward).
+        embedding_kernel: ``fused`` (FBGEMM, optimizer in backward; the default, measured faster
+            in ``experiments/results/train_throughput.md``) or ``plain`` (torchrec EBC updated by
+            the dense optimizer, which allows Adam and ``embedding_weight_decay``).
         fused_optimizer: optimizer of fused tables.
         fused_lr: learning rate of fused tables.
         optimizer: optimizer of the dense (and plain embedding) parameters.
         learning_rate: its learning rate.
         weight_decay: L2 penalty of the dense (non-embedding) parameters.
-        embedding_weight_decay: L2 penalty of plain embedding tables (FuxiCTR's
+        embedding_weight_decay: L2 penalty of plain embedding tables only (FuxiCTR's
             ``embedding_regularizer``; coupled L2 in the gradient, so with Adam it acts like
             the explicit penalty ``0.5 * wd * ||E||^2``).
         lr_plateau_factor: multiply the learning rate by this when validation AUC stops
@@ -82,7 +84,7 @@ class RankingTask(pl.LightningModule):
         arch: Arch = "dcnv2",
         arch_args: dict[str, Any] | None = None,
         schema: dict[str, Any] | None = None,
-        embedding_kernel: Literal["plain", "fused"] = "plain",
+        embedding_kernel: Literal["plain", "fused"] = "fused",
         fused_optimizer: Literal["sgd", "adagrad", "rowwise_adagrad"] = "adagrad",
         fused_lr: float = 0.05,
         optimizer: Literal["adam", "adamw", "adagrad", "sgd"] = "adam",
@@ -96,6 +98,11 @@ class RankingTask(pl.LightningModule):
         super().__init__()
         if schema is None:
             raise ValueError("model.schema is missing: it comes from the data module (salience fit links it)")
+        if embedding_kernel == "fused" and embedding_weight_decay > 0:
+            raise ValueError(
+                "model.embedding_weight_decay needs model.embedding_kernel: plain "
+                "(FBGEMM's fused CPU kernels do not apply weight decay)"
+            )
         self.save_hyperparameters()
         self.schema = Schema.from_dict(schema)
         self.model: RankingModel = build_model(
