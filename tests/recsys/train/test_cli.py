@@ -205,3 +205,47 @@ def test_predict_writes_scores(fitted: tuple[SalienceCLI, Path], tmp_path: Path,
     frame = pd.read_csv(out)
     assert len(frame) == len(cli.datamodule.prepared.splits["test"])
     assert frame["score"].between(0, 1).all()
+
+
+def _write_user_csv(folder: Path, bad_line: bool) -> tuple[Path, Path]:
+    """A user's own CSV (400 rows) + schema file; optionally one row with a missing field."""
+    import numpy as np
+
+    g = np.random.default_rng(0)
+    lines = ["user,item,price,clicked"]
+    for i in range(400):
+        user, item = g.integers(0, 20), g.integers(0, 30)
+        lines.append(f"u{user},i{item},{g.random() * 10:.2f},{int((user + item) % 3 == 0)}")
+    if bad_line:
+        lines.insert(101, "u1,i2,3.5")  # file line 102 (after the header): 3 fields instead of 4
+    csv = folder / "clicks.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    schema = folder / "schema.yaml"
+    schema.write_text(
+        "name: shop\nlabel: clicked\nfeatures:\n  - {name: user, embedding_dim: 8}\n  - {name: item, embedding_dim: 8}\n"
+        "  - {name: price, kind: dense, transform: log1p}\n"
+    )
+    return csv, schema
+
+
+def _user_data_args(csv: Path, schema: Path, root: Path, skip: bool) -> list[str]:
+    reader = f"{{class_path: recsys.data.readers.TabularReader, init_args: {{path: '{csv}', schema: '{schema}', skip_bad_rows: {str(skip).lower()}}}}}"
+    args = fit_args(root, "--data.reader", reader, "--after_fit.export", "false", epochs=1)
+    i = args.index("--data.reader.init_args.n_rows")
+    del args[i : i + 4]  # drop the synthetic reader's options
+    return args
+
+
+def test_users_own_csv_bad_row_is_an_error_naming_file_and_line(tmp_cwd: Path) -> None:
+    csv, schema = _write_user_csv(tmp_cwd, bad_line=True)
+    with pytest.raises(DataError, match=r"clicks\.csv:102: expected 4 comma-separated fields, found 3"):
+        SalienceCLI(args=_user_data_args(csv, schema, tmp_cwd, skip=False))
+
+
+def test_users_own_csv_skipped_rows_are_counted_in_the_run(tmp_cwd: Path) -> None:
+    csv, schema = _write_user_csv(tmp_cwd, bad_line=True)
+    cli = SalienceCLI(args=_user_data_args(csv, schema, tmp_cwd, skip=True))
+    run = MlflowClient(tracking_uri()).get_run(cli.tracking.tracker.run_id)
+    assert run.data.params["data.rows_skipped"] == "1"
+    assert run.data.params["data.rows_read"] == "400"
+    assert MlflowClient(tracking_uri()).get_experiment(run.info.experiment_id).name == "shop"
