@@ -126,8 +126,19 @@ class SparseArch(nn.Module):
             self.embedding_bag_collection = EmbeddingBagCollection(tables=tables)
 
     def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
-        # rebuild in feature order: a sharded EBC returns its keys in another order
+        if not torch.jit.is_scripting():
+            if self.kernel is EmbeddingKernel.FUSED and torch.is_inference_mode_enabled():
+                return self._lookup_outside_inference_mode(kjt)
         pooled = self.embedding_bag_collection(kjt).to_dict()
+        # rebuild in feature order: a sharded EBC returns its keys in another order
+        return {name: pooled[name] for name in self.feature_names}
+
+    @torch.jit.unused
+    def _lookup_outside_inference_mode(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
+        """FBGEMM's fused CPU lookup dispatches through autograd, which inference mode bypasses
+        (Lightning evaluates in inference mode by default): look up under no_grad instead."""
+        with torch.inference_mode(False), torch.no_grad():
+            pooled = self.embedding_bag_collection(kjt).to_dict()
         return {name: pooled[name] for name in self.feature_names}
 
     @property

@@ -31,8 +31,6 @@ TRAINER_DEFAULTS: dict[str, Any] = {
     "default_root_dir": "runs",
     "deterministic": True,
     "num_sanity_val_steps": 0,
-    # FBGEMM's fused CPU kernels dispatch through autograd; inference mode bypasses it
-    "inference_mode": False,
 }
 
 

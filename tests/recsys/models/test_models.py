@@ -37,6 +37,7 @@ from recsys.models import (
     DCNv2,
     DeepFM,
     DLRM,
+    EmbeddingKernel,
     FusedOptimizer,
     IdentitySeam,
     RankingModel,
@@ -633,3 +634,28 @@ def test_dcnv2_learns_a_planted_feature() -> None:
         full = next(iter(BatchDataset(data, batch_size=len(data))))
         scores = model(full.dense_features, full.sparse_features).numpy()
     assert auc(scores, data.labels) > 0.9
+
+
+def test_fused_kernel_evaluates_under_inference_mode() -> None:
+    """Lightning evaluates under torch.inference_mode(); the fused CPU lookup must still work."""
+    from recsys.data.batching import random_batch
+
+    torch.manual_seed(0)
+    schema = _fitted_schema_for_inference_mode()
+    fused = DCNv2(schema, sparse_arch=SparseArchConfig(kernel=EmbeddingKernel.FUSED))
+    batch = random_batch(schema, 8, seed=0)
+    with torch.no_grad():
+        expected = fused(batch.dense_features, batch.sparse_features)
+    with torch.inference_mode():
+        got = fused(batch.dense_features, batch.sparse_features)
+    torch.testing.assert_close(got, expected, rtol=0, atol=0)
+
+
+def _fitted_schema_for_inference_mode() -> Schema:
+    return Schema(
+        features=(
+            FeatureSpec("a", embedding_dim=8, num_embeddings=11),
+            FeatureSpec("b", kind=FeatureKind.MULTI_CATEGORICAL, embedding_dim=4, num_embeddings=7),
+            FeatureSpec("x", kind=FeatureKind.DENSE),
+        )
+    )
