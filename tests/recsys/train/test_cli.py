@@ -249,3 +249,11 @@ def test_users_own_csv_skipped_rows_are_counted_in_the_run(tmp_cwd: Path) -> Non
     assert run.data.params["data.rows_skipped"] == "1"
     assert run.data.params["data.rows_read"] == "400"
     assert MlflowClient(tracking_uri()).get_experiment(run.info.experiment_id).name == "shop"
+
+
+@pytest.mark.parametrize("config", sorted(CONFIG.parent.glob("*.yaml")), ids=lambda p: p.name)
+def test_committed_configs_parse(config: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        SalienceCLI(args=["fit", "--config", str(config), "--print_config"])
+    assert exit_info.value.code in (0, None)
+    assert "class_path: recsys.data" in capsys.readouterr().out
