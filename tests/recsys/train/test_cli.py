@@ -257,3 +257,24 @@ def test_committed_configs_parse(config: Path, capsys) -> None:
         SalienceCLI(args=["fit", "--config", str(config), "--print_config"])
     assert exit_info.value.code in (0, None)
     assert "class_path: recsys.data" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("dataset", ["frappe", "criteo", "movielens"])
+def test_fit_on_real_data_logs_a_run(dataset: str, data_dir: Path, tmp_cwd: Path) -> None:
+    """One epoch of each committed real-data config, through the CLI, visible in MLflow."""
+    from tests.conftest import require_dataset
+
+    require_dataset(data_dir, {"frappe": "frappe", "criteo": "criteo-kaggle-head10k", "movielens": "ml-100k"}[dataset])
+    config = CONFIG.parent / f"{dataset}_dcnv2.yaml"
+    cli = SalienceCLI(
+        args=[
+            "fit", "--config", str(config), "--trainer.max_epochs", "1", "--trainer.enable_progress_bar", "false",
+            "--trainer.default_root_dir", str(tmp_cwd / "run"), "--data.cache_dir", str(tmp_cwd / "cache"),
+        ]
+    )  # fmt: skip
+    client = MlflowClient(tracking_uri())
+    run = client.get_run(cli.tracking.tracker.run_id)
+    assert run.info.status == "FINISHED"
+    assert client.get_experiment(run.info.experiment_id).name == dataset
+    assert run.data.metrics["test_auc"] > 0.6
+    assert run.data.metrics["export_parity_max_abs_diff"] <= 1e-6
