@@ -76,6 +76,18 @@ def table_configs(schema: Schema, pooling: str = "sum") -> list[EmbeddingBagConf
     ]
 
 
+def _zero_oov_rows(ebc: EmbeddingBagCollection) -> EmbeddingBagCollection:
+    """Zero row 0 (the out-of-vocabulary id) of every table.
+
+    With ``min_count=1`` no training row maps to OOV, so the row is never trained; starting it
+    at zero makes an unseen category at evaluation or serving time neutral instead of noise.
+    """
+    with torch.no_grad():
+        for bag in ebc.embedding_bags.values():
+            bag.weight[0].zero_()
+    return ebc
+
+
 class SparseArch(nn.Module):
     """Embedding lookup for every sparse feature.
 
@@ -113,7 +125,7 @@ class SparseArch(nn.Module):
             # build a plain EBC first so that both kernels start from the same initial weights,
             # and the fused one under a forked RNG so the layers built after it draw the same
             # numbers as with the plain kernel
-            plain = EmbeddingBagCollection(tables=tables)
+            plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
             with torch.random.fork_rng():
                 self.embedding_bag_collection = FusedEmbeddingBagCollection(
                     tables=tables,
@@ -123,7 +135,7 @@ class SparseArch(nn.Module):
                 )
             self.embedding_bag_collection.load_state_dict(plain.state_dict())
         else:
-            self.embedding_bag_collection = EmbeddingBagCollection(tables=tables)
+            self.embedding_bag_collection = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
 
     def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
         if not torch.jit.is_scripting():
