@@ -278,3 +278,19 @@ def test_fit_on_real_data_logs_a_run(dataset: str, data_dir: Path, tmp_cwd: Path
     assert client.get_experiment(run.info.experiment_id).name == dataset
     assert run.data.metrics["test_auc"] > 0.6
     assert run.data.metrics["export_parity_max_abs_diff"] <= 1e-6
+
+
+@pytest.mark.parametrize("subcommand", ["validate", "test"])
+def test_validate_and_test_reproduce_the_fit_metrics(
+    subcommand: str, fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cli, root = fitted
+    monkeypatch.chdir(tmp_path)
+    best = cli.trainer.checkpoint_callback.best_model_path
+    args = fit_args(root, "--tracking.enabled", "false")[1:]
+    again = SalienceCLI(args=[subcommand, *args, "--ckpt_path", best])
+    key = "val_auc" if subcommand == "validate" else "test_auc"
+    expected = float(cli.trainer.checkpoint_callback.best_model_score) if subcommand == "validate" else float(
+        cli.trainer.callback_metrics["test_auc"]
+    )
+    assert float(again.trainer.callback_metrics[key]) == pytest.approx(expected, abs=1e-6)
