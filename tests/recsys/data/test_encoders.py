@@ -25,6 +25,7 @@ from recsys.data.encoders import (
     split_multi,
 )
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema, SchemaError
+from tests.recsys.data.assertions import assert_same_encoding
 
 CAT, MULTI, DENSE = FeatureKind.CATEGORICAL, FeatureKind.MULTI_CATEGORICAL, FeatureKind.DENSE
 
@@ -82,18 +83,6 @@ def _test() -> pd.DataFrame:
 @pytest.fixture
 def pre() -> Preprocessor:
     return Preprocessor(_schema()).fit(_train())
-
-
-def _assert_same_encoding(a: EncodedData, b: EncodedData) -> None:
-    assert a.sparse_names == b.sparse_names and a.dense_names == b.dense_names
-    for n in a.sparse_names:
-        np.testing.assert_array_equal(a.values[n], b.values[n])
-        np.testing.assert_array_equal(a.lengths[n], b.lengths[n])
-        assert a.values[n].dtype == b.values[n].dtype and a.lengths[n].dtype == b.lengths[n].dtype
-    np.testing.assert_array_equal(a.dense, b.dense)
-    np.testing.assert_array_equal(a.labels, b.labels)
-    assert a.dense.dtype == b.dense.dtype and a.labels.dtype == b.labels.dtype
-    assert a.stats.to_dict() == b.stats.to_dict()
 
 
 # -- Vocabulary -------------------------------------------------------------------------------
@@ -329,13 +318,13 @@ def test_state_round_trip(pre: Preprocessor, tmp_path: Path) -> None:
     expected = pre.transform(_test())
     state = json.loads(json.dumps(pre.state_dict()))  # JSON-able
     again = Preprocessor.from_state_dict(state)
-    _assert_same_encoding(again.transform(_test()), expected)
+    assert_same_encoding(again.transform(_test()), expected)
     assert again.fitted_schema == pre.fitted_schema
     assert again.schema == pre.schema  # num_embeddings recomputed, not frozen into the input schema
     pre.save(tmp_path / "pre.json")
     loaded = Preprocessor.load(tmp_path / "pre.json")
-    _assert_same_encoding(loaded.transform(_test()), expected)
-    _assert_same_encoding(loaded.transform(_train()), pre.transform(_train()))
+    assert_same_encoding(loaded.transform(_test()), expected)
+    assert_same_encoding(loaded.transform(_train()), pre.transform(_train()))
     assert loaded.state_dict() == pre.state_dict()
 
 
@@ -351,7 +340,7 @@ def test_encoded_data_save_load_round_trip(pre: Preprocessor, tmp_path: Path) ->
     enc = pre.transform(_train())
     enc.save(tmp_path / "train.npz")
     back = EncodedData.load(tmp_path / "train.npz")
-    _assert_same_encoding(back, enc)
+    assert_same_encoding(back, enc)
     assert isinstance(back.stats, EncodeStats) and back.stats.oov == enc.stats.oov
 
 
@@ -359,12 +348,12 @@ def test_encoded_data_round_trip_without_sparse_or_dense(tmp_path: Path) -> None
     only_dense = Preprocessor(Schema((FeatureSpec("x", DENSE),))).fit(pd.DataFrame({"x": [1.0, 2.0], "label": [0, 1]}))
     enc = only_dense.transform(pd.DataFrame({"x": [1.0, np.nan], "label": [0, 1]}))
     enc.save(tmp_path / "a.npz")
-    _assert_same_encoding(EncodedData.load(tmp_path / "a.npz"), enc)
+    assert_same_encoding(EncodedData.load(tmp_path / "a.npz"), enc)
     only_sparse = Preprocessor(Schema((FeatureSpec("c"),))).fit(pd.DataFrame({"c": ["a", "b"], "label": [0, 1]}))
     enc = only_sparse.transform(pd.DataFrame({"c": ["a", "z"], "label": [0, 1]}))
     assert enc.dense.shape == (2, 0)
     enc.save(tmp_path / "b.npz")
-    _assert_same_encoding(EncodedData.load(tmp_path / "b.npz"), enc)
+    assert_same_encoding(EncodedData.load(tmp_path / "b.npz"), enc)
 
 
 def test_encoded_data_load_refuses_pickles(pre: Preprocessor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

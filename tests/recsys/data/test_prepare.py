@@ -19,6 +19,7 @@ from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.base import Reader
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema, SchemaError
 from recsys.data.synthetic import SyntheticReader
+from tests.recsys.data.assertions import assert_same_encoding
 
 SPLITS = ("train", "val", "test")
 
@@ -68,15 +69,7 @@ def count_reads(monkeypatch: pytest.MonkeyPatch) -> list[int]:
 def _assert_same(a: PreparedData, b: PreparedData) -> None:
     assert set(a.splits) == set(b.splits)
     for name in a.splits:
-        x, y = a.splits[name], b.splits[name]
-        assert x.sparse_names == y.sparse_names and x.dense_names == y.dense_names
-        for f in x.sparse_names:
-            np.testing.assert_array_equal(x.values[f], y.values[f])
-            np.testing.assert_array_equal(x.lengths[f], y.lengths[f])
-            assert x.values[f].dtype == y.values[f].dtype and x.lengths[f].dtype == y.lengths[f].dtype
-        np.testing.assert_array_equal(x.dense, y.dense)
-        np.testing.assert_array_equal(x.labels, y.labels)
-        assert x.stats.to_dict() == y.stats.to_dict()
+        assert_same_encoding(a.splits[name], b.splits[name])
     assert a.preprocessor.state_dict() == b.preprocessor.state_dict()
     assert a.schema == b.schema and a.summary == b.summary
 
