@@ -70,6 +70,9 @@ def _usage() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # torchrec calls torch.fx.is_fx_tracing() on every KJT build; torch logs a warning about it
+    # once per process that says nothing about the user's run
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     handler = logging.StreamHandler()
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     for name in ("recsys", "experiments", "selection", "embeddings", "generative"):
