@@ -69,6 +69,7 @@ def _usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     # torchrec calls torch.fx.is_fx_tracing() on every KJT build; torch logs a warning about it
     # once per process that says nothing about the user's run
@@ -87,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in LIGHTNING_SUBCOMMANDS:
         from recsys.train.cli import run_cli
 
-        run_cli([command, *rest])
+        # on the real command line LightningCLI reads sys.argv itself (and warns if also given args)
+        run_cli(None if from_command_line else [command, *rest])
         return 0
     if command in COMMANDS:
         return COMMANDS[command][0](rest)
