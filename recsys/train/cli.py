@@ -73,6 +73,11 @@ class SalienceCLI(LightningCLI):
 
     # -- hooks -------------------------------------------------------------------------------
     @property
+    def subcommand_config(self) -> Any:
+        """The parsed config of the running subcommand."""
+        return self.config.get(str(self.subcommand), self.config)
+
+    @property
     def tracking(self) -> MlflowTracking | None:
         return next((c for c in self.trainer.callbacks if isinstance(c, MlflowTracking)), None)
 
@@ -82,8 +87,7 @@ class SalienceCLI(LightningCLI):
             return
         import yaml
 
-        cfg = self.config.get(str(self.subcommand), self.config)
-        text = self._parser(self.subcommand).dump(cfg, skip_none=False)
+        text = self._parser(self.subcommand).dump(self.subcommand_config, skip_none=False)
         tracking.config = yaml.safe_load(text)
 
     def before_fit(self) -> None:
@@ -98,7 +102,7 @@ class SalienceCLI(LightningCLI):
         self._attach_config()
 
     def after_fit(self) -> None:
-        cfg = self.config.get(str(self.subcommand), self.config)["after_fit"]
+        cfg = self.subcommand_config["after_fit"]
         tracking = self.tracking
         try:
             if self.trainer.interrupted:
@@ -123,8 +127,7 @@ class SalienceCLI(LightningCLI):
 
         from recsys.io import atomic_write_text
 
-        cfg = self.config.get(str(self.subcommand), self.config)
-        out = Path(cfg["predictions"] or Path(self.trainer.default_root_dir) / "predictions.csv")
+        out = Path(self.subcommand_config["predictions"] or Path(self.trainer.default_root_dir) / "predictions.csv")
         scores = torch.cat([p.reshape(-1) for p in self.trainer.predict_loop.predictions]).numpy()
         labels = self.datamodule.prepared.splits["test"].labels
         frame = pd.DataFrame({"row": np.arange(len(scores)), "label": labels[: len(scores)], "score": scores})
