@@ -92,15 +92,9 @@ def _versions() -> dict[str, str]:
 def _hardware() -> dict[str, Any]:
     import os
 
-    cpu = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "gpu": None}
+    from experiments.benchmarks.train_throughput import _cpu_model
+
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": None}
 
 
 def to_markdown(result: dict[str, Any]) -> str:
