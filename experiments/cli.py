@@ -2,11 +2,14 @@
 
     salience fit|validate|test|predict --config experiments/configs/frappe_dcnv2.yaml
     salience export --checkpoint CKPT --output DIR
+    salience rank --config CFG --method outrank|permutation|leap
+    salience select --config CFG --method M --k 2,4,8
+    salience quality DATA... | --config CFG
     salience demo
-    salience bench throughput|quality [ARGS]
+    salience bench throughput|quality|selection [ARGS]
 
 ``fit`` and friends are LightningCLI subcommands (see ``salience fit --help``); the others are
-plain argparse commands. Later stages (rank, select, dims, tune) register here too.
+plain argparse commands (each has ``--help``).
 """
 
 from __future__ import annotations
@@ -41,21 +44,46 @@ def _demo(argv: Sequence[str]) -> int:
     return demo_main(list(argv))
 
 
+def _rank(argv: Sequence[str]) -> int:
+    import selection  # noqa: F401 - registers the methods
+    from selection.cli import rank_main
+
+    return rank_main(argv)
+
+
+def _select(argv: Sequence[str]) -> int:
+    import selection  # noqa: F401
+    from selection.cli import select_main
+
+    return select_main(argv)
+
+
+def _quality(argv: Sequence[str]) -> int:
+    from selection.cli import quality_main
+
+    return quality_main(argv)
+
+
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument("name", choices=["throughput", "quality"])
+    parser.add_argument("name", choices=["throughput", "quality", "selection"])
     args, rest = parser.parse_known_args(argv)
     if args.name == "throughput":
         from experiments.benchmarks.train_throughput import main as bench_main
-    else:
+    elif args.name == "quality":
         from experiments.benchmarks.quality import main as bench_main
+    else:
+        from experiments.benchmarks.selection import main as bench_main
     return int(bench_main(rest) or 0)
 
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "export": (_export, "export a checkpoint to TorchScript + schema.json + loader.py"),
+    "rank": (_rank, "rank features by importance (outrank, permutation, leap) and write the report"),
+    "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
+    "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality)"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality, selection)"),
 }
 
 

@@ -159,13 +159,17 @@ class MlflowTracking(Callback):
         enabled: turn tracking off.
         experiment: experiment name (default: the dataset name).
         run_name: run name (default: ``<arch>-<dataset>``).
+        parent_run_id: log as a nested child of this run (selection curves, HPO trials).
     """
 
-    def __init__(self, enabled: bool = True, experiment: str | None = None, run_name: str | None = None) -> None:
+    def __init__(
+        self, enabled: bool = True, experiment: str | None = None, run_name: str | None = None, parent_run_id: str | None = None
+    ) -> None:
         super().__init__()
         self.enabled = enabled
         self.experiment = experiment
         self.run_name = run_name
+        self.parent_run_id = parent_run_id
         self.tracker: RunTracker | None = None
         self.config: dict[str, Any] | None = None  # resolved CLI config, set by the CLI
         self.keep_open = False  # the CLI keeps the run open across fit -> test -> export
@@ -181,6 +185,7 @@ class MlflowTracking(Callback):
             self.experiment or dataset,
             self.run_name or f"{arch}-{dataset}",
             tags={"salience.dataset": dataset, "salience.arch": str(arch)},
+            parent_run_id=self.parent_run_id,
         )
         params = {k: v for k, v in pl_module.hparams.items() if k != "schema"}
         self.tracker.log_params({"model": params, "trainer.max_epochs": trainer.max_epochs, "seed": os.environ.get("PL_GLOBAL_SEED", "")})

@@ -23,7 +23,7 @@ from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema
 from recsys.io import atomic_write_json
 
-__all__ = ["PreparedData", "SplitConfig", "prepare_data", "split_indices"]
+__all__ = ["PreparedData", "SplitConfig", "prepare_data", "raw_split", "split_indices"]
 
 log = logging.getLogger(__name__)
 
@@ -182,3 +182,24 @@ def prepare_data(
     if folder is not None:
         prepared.save(folder)
     return prepared
+
+
+def raw_split(
+    raw: RawData,
+    split: SplitConfig | None = None,
+    name: str = "train",
+    features: list[str] | None = None,
+    drop_features: list[str] | None = None,
+) -> RawData:
+    """The raw (unencoded) rows of one split: the same rows :func:`prepare_data` encodes.
+
+    Model-free methods (OutRank, data-quality checks) read these, so that selection never
+    looks at validation or test rows.
+    """
+    if name not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
+    raw = _apply_options(raw, features, drop_features, None)
+    rows = split_indices(len(raw), split or SplitConfig())[name]
+    if not len(rows):
+        raise DataError(f"{raw.report.source}: the {name} split is empty")
+    return RawData(raw.frame.iloc[rows], raw.schema, raw.report)

@@ -207,7 +207,9 @@ class RankingModel(nn.Module):
         self.embedding_dims: list[int] = [f.embedding_dim for f in schema.sparse]
         self.num_dense: int = len(schema.dense)
         self.sparse_arch = SparseArch(schema, sparse_arch)
-        self.seam: SeamTransform = seam if seam is not None else IdentitySeam()
+        self.seam: SeamTransform = IdentitySeam()
+        if seam is not None:
+            self.set_seam(seam)
 
     def embed(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The seam output: (per-feature pooled embeddings, dense), after the seam transform."""
@@ -221,6 +223,8 @@ class RankingModel(nn.Module):
         raise NotImplementedError
 
     def set_seam(self, seam: SeamTransform) -> None:
+        """Install a seam transform (it is bound to this model's features first)."""
+        seam.bind(list(self.sparse_names), list(self.embedding_dims), list(self.schema.dense_names))
         self.seam = seam
 
     def stacked(self, sparse: dict[str, torch.Tensor]) -> list[torch.Tensor]:

@@ -32,6 +32,16 @@ class SeamTransform(nn.Module):
     ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         raise NotImplementedError
 
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+        """Called by the model once its features are known (before any optimizer is built):
+        the place to create per-feature parameters. A no-op by default.
+
+        Args:
+            sparse_names: sparse features in seam order.
+            sparse_dims: their pooled widths D_f.
+            dense_names: dense features, in the column order of the dense tensor.
+        """
+
     def regularization(self) -> torch.Tensor:
         """Extra loss term (scalar); zero by default."""
         return torch.zeros(())

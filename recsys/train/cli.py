@@ -56,6 +56,7 @@ class SalienceCLI(LightningCLI):
         parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
         parser.add_argument("--after_fit.export", type=bool, default=True, help="export the best model to TorchScript")
         parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
+        parser.add_argument("--after_fit.verbose", type=bool, default=True, help="print the test metrics table")
         parser.add_argument(
             "--predictions", type=str | None, default=None, help="CSV written by `predict` (default: <default_root_dir>/predictions.csv)"
         )
@@ -109,7 +110,7 @@ class SalienceCLI(LightningCLI):
                 return
             ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
             if cfg["test"] and self.datamodule.prepared.splits.get("test") is not None:
-                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt)
+                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"])
             if cfg["export"]:
                 self._export(cfg["export_dir"], tracking)
         except BaseException:

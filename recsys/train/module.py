@@ -15,8 +15,9 @@ from torchrec.datasets.utils import Batch
 from recsys.data.schema import Schema
 from recsys.models import DCNv2, DLRM, DeepFM, RankingModel
 from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
+from recsys.models.seam import SeamTransform
 
-__all__ = ["ARCHITECTURES", "RankingTask", "build_model"]
+__all__ = ["ARCHITECTURES", "RankingTask", "build_model", "build_seam"]
 
 #: backbone name -> class
 ARCHITECTURES: dict[str, type[RankingModel]] = {"dlrm": DLRM, "dcnv2": DCNv2, "deepfm": DeepFM}
@@ -37,6 +38,35 @@ def build_model(
     if unknown:
         raise ValueError(f"model.arch_args: unknown key(s) {unknown} for {cls.__name__}; allowed: {allowed}")
     return cls(schema, sparse_arch=sparse_arch, **arch_args)
+
+
+def build_seam(spec: dict[str, Any] | None) -> SeamTransform | None:
+    """Instantiate a seam transform from ``{"class_path": "pkg.mod.Class", "init_args": {...}}``.
+
+    The class is imported by name, so plug-ins from other packages (``selection.LeAPSeam``)
+    work without ``recsys`` importing them. Errors name the ``model.seam`` key.
+    """
+    if spec is None:
+        return None
+    import importlib
+
+    if not isinstance(spec, dict) or "class_path" not in spec:
+        raise ValueError(f"model.seam must be a mapping with 'class_path' (and optional 'init_args'), got {spec!r}")
+    unknown = sorted(set(spec) - {"class_path", "init_args"})
+    if unknown:
+        raise ValueError(f"model.seam: unknown key(s) {unknown}; allowed: ['class_path', 'init_args']")
+    path = str(spec["class_path"])
+    module_name, _, cls_name = path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"model.seam.class_path={path!r} cannot be imported: {e}") from e
+    if not (isinstance(cls, type) and issubclass(cls, SeamTransform)):
+        raise ValueError(f"model.seam.class_path={path!r} is not a SeamTransform subclass")
+    try:
+        return cls(**dict(spec.get("init_args") or {}))
+    except TypeError as e:
+        raise ValueError(f"model.seam.init_args for {cls_name}: {e}") from e
 
 
 class _LogLoss:
@@ -77,6 +107,9 @@ class RankingTask(pl.LightningModule):
             improving (FuxiCTR's ``reduce_lr_on_plateau``); 1.0 turns it off.
         lr_plateau_patience: validation epochs without AUC gain before the learning rate drops.
         early_stopping_patience: validation epochs without AUC gain before stopping (0 = off).
+        seam: optional transform at the seam, ``{class_path: selection.LeAPSeam, init_args:
+            {...}}``; its parameters get their own optimizer group (learning rate
+            ``seam.learning_rate`` when the transform defines one, no weight decay).
     """
 
     def __init__(
@@ -94,6 +127,7 @@ class RankingTask(pl.LightningModule):
         lr_plateau_factor: float = 1.0,
         lr_plateau_patience: int = 0,
         early_stopping_patience: int = 2,
+        seam: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -113,6 +147,9 @@ class RankingTask(pl.LightningModule):
                 kernel=EmbeddingKernel(embedding_kernel), fused_optimizer=FusedOptimizer(fused_optimizer), fused_lr=fused_lr
             ),
         )
+        seam_module = build_seam(seam)
+        if seam_module is not None:
+            self.model.set_seam(seam_module)
         self.val_auc = BinaryAUROC()
         self.test_auc = BinaryAUROC()
         self._logloss: dict[str, _LogLoss] = {}
@@ -166,10 +203,13 @@ class RankingTask(pl.LightningModule):
     def configure_optimizers(self) -> Any:
         hp = self.hparams
         embedding_ids = {id(p) for p in self.model.sparse_arch.parameters()}
+        seam_ids = {id(p) for p in self.model.seam.parameters()}
         params = self.model.dense_parameters()
+        seam_lr = getattr(self.model.seam, "learning_rate", None)
         groups = [
-            {"params": [p for p in params if id(p) not in embedding_ids], "weight_decay": hp.weight_decay},
+            {"params": [p for p in params if id(p) not in embedding_ids | seam_ids], "weight_decay": hp.weight_decay},
             {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": hp.embedding_weight_decay},
+            {"params": [p for p in params if id(p) in seam_ids], "weight_decay": 0.0, "lr": float(seam_lr or hp.learning_rate)},
         ]
         groups = [g for g in groups if g["params"]]
         optimizers: dict[str, type[torch.optim.Optimizer]] = {

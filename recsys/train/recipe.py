@@ -1,0 +1,236 @@
+"""``Recipe``: a ``salience fit`` config that can be re-trained on any feature subset.
+
+Importance methods and dimension searches need to train the same backbone many times with
+one thing changed (the kept features, a seam transform, the embedding dims). A recipe holds
+the config (a YAML path or a dict) plus command-line style overrides and runs every fit
+through the same :class:`~recsys.train.cli.SalienceCLI` path users run, so the selection
+curve's runs are ordinary, tracked ``salience fit`` runs::
+
+    recipe = Recipe("experiments/configs/frappe_dcnv2.yaml", ["--trainer.max_epochs=5"])
+    recipe.schema                     # fitted schema of all features
+    recipe.raw_split("train")         # raw training rows (for model-free methods)
+    result = recipe.fit(features=["user", "item", "daytime"], run_name="top-3")
+    result.metrics["test_auc"]
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from recsys.data.raw import RawData
+from recsys.data.schema import Schema
+
+if TYPE_CHECKING:
+    from recsys.train.datamodule import CTRDataModule
+    from recsys.train.module import RankingTask
+
+__all__ = ["FitResult", "Recipe"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FitResult:
+    """One finished fit.
+
+    Args:
+        task: the trained module, holding the best checkpoint's weights when a test ran.
+        datamodule: its data.
+        metrics: ``test_auc``, ``test_logloss``, ``best_val_auc`` (and whatever else was logged).
+        seconds: wall time of the fit (including the test pass).
+        run_id: MLflow run id (None with tracking off).
+        root_dir: the run folder (checkpoints).
+    """
+
+    task: RankingTask
+    datamodule: CTRDataModule
+    metrics: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    run_id: str | None = None
+    root_dir: str = ""
+
+
+class Recipe:
+    """A training config plus overrides, re-trainable with one thing changed.
+
+    Args:
+        config: path of a ``salience fit`` YAML config, or the config as a dict.
+        overrides: extra command-line arguments applied to every fit
+            (e.g. ``["--trainer.max_epochs=3"]``).
+        workdir: folder for run folders and a materialised dict config (default: a temporary
+            folder).
+        quiet: turn off progress bars and model summaries in fits.
+    """
+
+    def __init__(
+        self,
+        config: str | Path | Mapping[str, Any],
+        overrides: Sequence[str] = (),
+        workdir: str | Path | None = None,
+        quiet: bool = False,
+    ) -> None:
+        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="salience-recipe-"))
+        if isinstance(config, Mapping):
+            import yaml
+
+            self.workdir.mkdir(parents=True, exist_ok=True)
+            path = self.workdir / "recipe_config.yaml"
+            path.write_text(yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False))
+            self.config_path = path
+        else:
+            self.config_path = Path(config)
+            if not self.config_path.is_file():
+                raise FileNotFoundError(f"config file not found: {self.config_path}")
+        self.overrides = list(overrides)
+        self.quiet = quiet
+        #: parent MLflow run of every fit that does not name one (a ``salience rank`` run)
+        self.parent_run_id: str | None = None
+        self._datamodule: CTRDataModule | None = None
+        self._raw: RawData | None = None
+        self._fits = 0
+
+    # -- data ------------------------------------------------------------------------------
+    @property
+    def datamodule(self) -> CTRDataModule:
+        """The data module of the config (data prepared on first access, cached on disk)."""
+        if self._datamodule is None:
+            from recsys.train.cli import SalienceCLI
+
+            cli = SalienceCLI(args=["--config", str(self.config_path), *self.overrides], run=False)
+            self._datamodule = cli.datamodule
+        return self._datamodule
+
+    @property
+    def schema(self) -> Schema:
+        """The fitted schema of every feature the config trains on."""
+        return self.datamodule.prepared.schema
+
+    @property
+    def dataset_name(self) -> str:
+        return self.datamodule.dataset_name
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The config file's content (without the overrides)."""
+        import yaml
+
+        return yaml.safe_load(self.config_path.read_text()) or {}
+
+    def raw_split(self, split: str = "train") -> RawData:
+        """Raw (unencoded) rows of one split, with the config's feature selection applied."""
+        from recsys.data.prepare import raw_split
+
+        dm = self.datamodule
+        if self._raw is None:
+            self._raw = dm.reader.read()
+        return raw_split(self._raw, dm.split, split, dm.features, dm.drop_features)
+
+    # -- training ----------------------------------------------------------------------------
+    def fit(
+        self,
+        *,
+        features: Sequence[str] | None = None,
+        seam: Mapping[str, Any] | None = None,
+        max_epochs: int | None = None,
+        seed: int | None = None,
+        run_name: str | None = None,
+        parent_run_id: str | None = None,
+        tracking: bool = True,
+        export: bool = False,
+        extra_args: Sequence[str] = (),
+    ) -> FitResult:
+        """Train once through ``salience fit`` with the given changes; test the best checkpoint.
+
+        Args:
+            features: train on these features only (``data.features``).
+            seam: seam transform spec (``model.seam``), e.g. ``{"class_path":
+                "selection.LeAPSeam", "init_args": {...}}``.
+            max_epochs: override ``trainer.max_epochs``.
+            seed: override ``seed_everything``.
+            run_name: MLflow run name and run-folder name.
+            parent_run_id: nest the MLflow run under this one.
+            tracking: log to MLflow.
+            export: export the best model after the fit.
+            extra_args: further command-line arguments.
+        """
+        from recsys.train.cli import SalienceCLI
+
+        self._fits += 1
+        name = run_name or f"fit-{self._fits}"
+        root = self.workdir / _slug(name)
+        n = 2
+        while root.exists():  # never mix checkpoints of two fits
+            root = self.workdir / f"{_slug(name)}-{n}"
+            n += 1
+        args = ["fit", "--config", str(self.config_path), *self.overrides]
+        args.append(f"--trainer.default_root_dir={root}")
+        if features is not None:
+            args.append(f"--data.features={json.dumps(list(features))}")
+        if seam is not None:
+            args.append(f"--model.seam={json.dumps(dict(seam))}")
+        if max_epochs is not None:
+            args.append(f"--trainer.max_epochs={int(max_epochs)}")
+        if seed is not None:
+            args.append(f"--seed_everything={int(seed)}")
+        parent_run_id = parent_run_id or self.parent_run_id
+        if tracking:
+            args.append(f"--tracking.run_name={name}")
+            if parent_run_id:
+                args.append(f"--tracking.parent_run_id={parent_run_id}")
+        else:
+            args.append("--tracking.enabled=false")
+        args.append(f"--after_fit.export={'true' if export else 'false'}")
+        if self.quiet:
+            args += ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--after_fit.verbose=false"]
+        args += list(extra_args)
+        start = time.perf_counter()
+        with _quiet_lightning(self.quiet):
+            cli = SalienceCLI(args=args)
+        seconds = time.perf_counter() - start
+        metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
+        ckpt = cli.trainer.checkpoint_callback
+        if ckpt is not None and ckpt.best_model_score is not None:
+            metrics["best_val_auc"] = float(ckpt.best_model_score)
+        tracker = cli.tracking.tracker if cli.tracking is not None else None
+        return FitResult(
+            task=cli.model,
+            datamodule=cli.datamodule,
+            metrics=metrics,
+            seconds=seconds,
+            run_id=tracker.run_id if tracker is not None else None,
+            root_dir=str(root),
+        )
+
+
+@contextmanager
+def _quiet_lightning(quiet: bool) -> Iterator[None]:
+    """Lightning's per-fit INFO lines (seed, devices, tips, checkpoint restores) off while quiet."""
+    if not quiet:
+        yield
+        return
+    import warnings
+
+    loggers = [logging.getLogger(n) for n in ("lightning.pytorch", "lightning.fabric", "lightning_fabric", "torch.fx._symbolic_trace")]
+    levels = [lg.level for lg in loggers]
+    for lg in loggers:
+        lg.setLevel(logging.ERROR if lg.name.startswith("torch") else logging.WARNING)
+    try:
+        with warnings.catch_warnings():
+            for message in (".*LeafSpec.*", ".*IterableDataset.*has `__len__`.*", ".*does not have many workers.*"):
+                warnings.filterwarnings("ignore", message=message)
+            yield
+    finally:
+        for lg, level in zip(loggers, levels):
+            lg.setLevel(level)
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:80] or "fit"

@@ -1,0 +1,101 @@
+"""The base class of importance methods and the random-ranking baseline.
+
+Every method answers one question: given a training recipe (data + backbone + trainer
+settings), how much does each feature matter? It returns an
+:class:`~selection.report.ImportanceReport`. Model-free methods (OutRank) read the raw
+training rows; model-based ones (permutation importance, LeAP) train through the recipe.
+Subclasses register themselves by ``name``, which is what ``salience rank --method`` takes.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, is_dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+
+from recsys.data.schema import FeatureKind, Schema
+from recsys.train.recipe import Recipe
+from selection.report import ImportanceReport
+
+__all__ = ["ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names"]
+
+_REGISTRY: dict[str, type[ImportanceMethod]] = {}
+
+
+class ImportanceMethod(ABC):
+    """Ranks the features of a recipe.
+
+    Subclasses set ``name`` (registered for the CLI) and implement :meth:`rank`; a dataclass
+    subclass gets :meth:`describe` for free.
+    """
+
+    name: ClassVar[str]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        name = cls.__dict__.get("name")
+        if isinstance(name, str):
+            _REGISTRY[name] = cls
+
+    @abstractmethod
+    def rank(self, recipe: Recipe) -> ImportanceReport:
+        """Rank every feature of ``recipe`` (most important first)."""
+
+    def describe(self) -> dict[str, Any]:
+        """The method's settings (stored in the report's ``config``)."""
+        if is_dataclass(self):
+            return {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(self).items()}
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+
+def method_names() -> list[str]:
+    """Registered method names (import :mod:`selection` to register the built-in ones)."""
+    return sorted(_REGISTRY)
+
+
+def get_method(name: str, **options: Any) -> ImportanceMethod:
+    """Instantiate a registered method by name; unknown names list the known ones."""
+    if name not in _REGISTRY:
+        raise ValueError(f"unknown importance method {name!r}; available: {method_names()}")
+    return _REGISTRY[name](**options)
+
+
+def feature_widths(schema: Schema) -> dict[str, int]:
+    """Width each feature occupies at the seam: embedding dim if sparse, 1 if dense."""
+    return {f.name: (1 if f.kind is FeatureKind.DENSE else int(f.embedding_dim)) for f in schema.features}
+
+
+@dataclass
+class RandomRanking(ImportanceMethod):
+    """A uniformly random ranking: the baseline every selection curve is drawn against.
+
+    Args:
+        seed: seed of the permutation.
+    """
+
+    name: ClassVar[str] = "random"
+    seed: int = 0
+
+    def rank(self, recipe: Recipe) -> ImportanceReport:
+        start = time.perf_counter()
+        schema = recipe.schema
+        return self.rank_schema(schema, dataset=recipe.dataset_name, start=start)
+
+    def rank_schema(self, schema: Schema, dataset: str = "", start: float | None = None) -> ImportanceReport:
+        """Rank the features of ``schema`` at random (no data needed)."""
+        start = time.perf_counter() if start is None else start
+        names = schema.names
+        order = np.random.default_rng(self.seed).permutation(len(names))
+        scores = {names[i]: float(len(names) - r) for r, i in enumerate(order)}
+        return ImportanceReport.from_scores(
+            "random",
+            scores,
+            widths=feature_widths(schema),
+            kinds={f.name: f.kind.value for f in schema.features},
+            config=self.describe(),
+            cost_seconds=time.perf_counter() - start,
+            dataset=dataset,
+        )

@@ -1,0 +1,315 @@
+"""The selection curve: retrain on the top-k features for each k and measure what is lost.
+
+A ranking is only as good as the smaller model it buys. For each k in a grid, the backbone
+is retrained from scratch on the top-k features of the ranking and evaluated on the test
+split; the same is done for several random rankings. Summaries:
+
+* **AUKC** (ERASE's metric, KDD'24): the area under the test-AUC-vs-k curve, divided by the
+  k range, so it reads in AUC units (the mean AUC over the k range, trapezoid rule).
+* **smallest k within tolerance**: the smallest k whose test AUC is at least the
+  all-features model's minus ``tolerance``.
+
+Every fit is an ordinary tracked ``salience fit`` run, nested under one parent MLflow run per
+curve. Fits are memoised by feature set, so the all-features model (and any subset two
+rankings share) is trained once per :class:`FitCache`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recsys.io import atomic_write_text
+from recsys.train.recipe import Recipe
+from selection.base import RandomRanking
+from selection.report import ImportanceReport
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from recsys.tracking import RunTracker
+
+__all__ = ["CurvePoint", "FitCache", "SelectionCurve", "aukc", "parse_ks", "selection_curve"]
+
+log = logging.getLogger(__name__)
+
+
+def parse_ks(text: str | Sequence[int], n_features: int) -> list[int]:
+    """``"2,4,8"`` (or a list) -> sorted unique ks, each checked against ``n_features``.
+
+    ``"all"`` or an empty value gives 1, 2, 4, ... up to ``n_features``.
+    """
+    if isinstance(text, str):
+        parts = [p.strip() for p in text.split(",") if p.strip()]
+        if not parts or parts == ["all"]:
+            ks = sorted({min(2**i, n_features) for i in range(int(math.log2(max(n_features, 1))) + 2)})
+            return ks
+        try:
+            ks = [int(p) for p in parts]
+        except ValueError as e:
+            raise ValueError(f"--k must be a comma-separated list of integers, got {text!r}") from e
+    else:
+        ks = [int(k) for k in text]
+    bad = [k for k in ks if k < 1 or k > n_features]
+    if bad:
+        raise ValueError(f"--k: {bad} out of range; the ranking has {n_features} features, so use 1 <= k <= {n_features}")
+    return sorted(set(ks))
+
+
+def aukc(ks: Sequence[int], aucs: Sequence[float]) -> float:
+    """Area under the AUC-vs-k curve over the k range, divided by that range (AUC units).
+
+    A single point gives its AUC.
+    """
+    k = np.asarray(ks, dtype=np.float64)
+    a = np.asarray(aucs, dtype=np.float64)
+    if len(k) == 0:
+        return float("nan")
+    order = np.argsort(k)
+    k, a = k[order], a[order]
+    if len(k) == 1 or k[-1] == k[0]:
+        return float(a.mean())
+    return float(np.sum((a[1:] + a[:-1]) / 2 * np.diff(k)) / (k[-1] - k[0]))
+
+
+@dataclass
+class CurvePoint:
+    """One retrained model: the top-k features of a ranking and its test metrics."""
+
+    k: int
+    features: list[str]
+    test_auc: float
+    test_logloss: float
+    best_val_auc: float = float("nan")
+    seconds: float = 0.0
+    run_id: str | None = None
+
+
+class FitCache:
+    """Memoises fits by feature set (order-free), so shared subsets train once."""
+
+    def __init__(self) -> None:
+        self._points: dict[tuple[str, ...], CurvePoint] = {}
+        self.fits = 0
+
+    def get(
+        self, recipe: Recipe, features: Sequence[str], run_name: str, parent_run_id: str | None, tracking: bool
+    ) -> CurvePoint:
+        key = tuple(sorted(features))
+        if key not in self._points:
+            result = recipe.fit(features=list(features), run_name=run_name, parent_run_id=parent_run_id, tracking=tracking)
+            self.fits += 1
+            m = result.metrics
+            self._points[key] = CurvePoint(
+                k=len(features),
+                features=list(features),
+                test_auc=float(m.get("test_auc", float("nan"))),
+                test_logloss=float(m.get("test_logloss", float("nan"))),
+                best_val_auc=float(m.get("best_val_auc", float("nan"))),
+                seconds=result.seconds,
+                run_id=result.run_id,
+            )
+            log.info("trained on %d features: test AUC %.4f (%s)", len(features), self._points[key].test_auc, run_name)
+        point = self._points[key]
+        return CurvePoint(**{**asdict(point), "features": list(features)})
+
+
+@dataclass
+class SelectionCurve:
+    """Test AUC / log loss against the number of kept features, for a ranking and random ones.
+
+    Args:
+        method: the ranking's method.
+        dataset: dataset name.
+        ks: the k grid.
+        points: the ranking's top-k models, one per k.
+        full: the all-features model.
+        random: random-ranking points per seed (same ks).
+        tolerance: AUC tolerance of :attr:`smallest_k`.
+        ranking: the ranking the curve was drawn for.
+    """
+
+    method: str
+    dataset: str
+    ks: list[int]
+    points: list[CurvePoint]
+    full: CurvePoint
+    random: dict[int, list[CurvePoint]] = field(default_factory=dict)
+    tolerance: float = 0.001
+    ranking: list[str] = field(default_factory=list)
+
+    @property
+    def aukc(self) -> float:
+        return aukc([p.k for p in self.points], [p.test_auc for p in self.points])
+
+    @property
+    def random_aukcs(self) -> list[float]:
+        return [aukc([p.k for p in pts], [p.test_auc for p in pts]) for pts in self.random.values()]
+
+    @property
+    def random_aukc(self) -> float:
+        values = self.random_aukcs
+        return float(np.mean(values)) if values else float("nan")
+
+    @property
+    def smallest_k(self) -> int | None:
+        """Smallest k with test AUC >= full model's - tolerance (None if no k qualifies)."""
+        for p in sorted(self.points, key=lambda p: p.k):
+            if p.test_auc >= self.full.test_auc - self.tolerance:
+                return p.k
+        return None
+
+    def summary(self) -> dict[str, Any]:
+        rnd = self.random_aukcs
+        return {
+            "method": self.method,
+            "dataset": self.dataset,
+            "aukc": self.aukc,
+            "random_aukc_mean": self.random_aukc,
+            "random_aukc_std": float(np.std(rnd)) if rnd else float("nan"),
+            "aukc_minus_random": self.aukc - self.random_aukc,
+            "full_test_auc": self.full.test_auc,
+            "smallest_k_within_tolerance": self.smallest_k,
+            "tolerance": self.tolerance,
+            "n_features": self.full.k,
+        }
+
+    # -- rendering -----------------------------------------------------------------------------
+    def plot(self, ax: Any = None) -> Figure:
+        """Test AUC vs k: the ranking, each random ranking (grey) and the all-features level."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(6.5, 4))
+        else:
+            fig = ax.figure
+        for i, (seed, pts) in enumerate(sorted(self.random.items())):
+            ax.plot([p.k for p in pts], [p.test_auc for p in pts], "-o", color="0.6", markersize=3, linewidth=1,
+                    label="random rankings" if i == 0 else None)
+        ax.plot([p.k for p in self.points], [p.test_auc for p in self.points], "-o", color="tab:blue",
+                label=f"{self.method} (AUKC {self.aukc:.4f})")
+        ax.axhline(self.full.test_auc, color="black", linestyle="--", linewidth=0.8, label=f"all {self.full.k} features")
+        ax.axhspan(self.full.test_auc - self.tolerance, self.full.test_auc, color="tab:green", alpha=0.12,
+                   label=f"within {self.tolerance:g}")
+        if self.smallest_k is not None:
+            ax.axvline(self.smallest_k, color="tab:green", linewidth=0.8)
+        ax.set_xlabel("features kept (k)")
+        ax.set_ylabel("test AUC")
+        ax.set_title(f"selection curve: {self.method} on {self.dataset}" + (
+            f" (random AUKC {self.random_aukc:.4f})" if self.random else ""), fontsize=10)
+        ax.legend(fontsize=8, loc="lower right")
+        fig.tight_layout()
+        return fig
+
+    def to_markdown(self) -> str:
+        lines = ["| k | test AUC | test log loss | random AUC (mean) | features |", "|---|---|---|---|---|"]
+        rnd = {k: [p.test_auc for pts in self.random.values() for p in pts if p.k == k] for k in self.ks}
+        for p in self.points:
+            r = f"{np.mean(rnd[p.k]):.4f}" if rnd.get(p.k) else ""
+            lines.append(f"| {p.k} | {p.test_auc:.4f} | {p.test_logloss:.4f} | {r} | {', '.join(p.features)} |")
+        return "\n".join(lines)
+
+    # -- files ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "summary": self.summary(),
+            "ks": self.ks,
+            "ranking": self.ranking,
+            "points": [asdict(p) for p in self.points],
+            "full": asdict(self.full),
+            "random": {str(s): [asdict(p) for p in pts] for s, pts in self.random.items()},
+            "tolerance": self.tolerance,
+            "method": self.method,
+            "dataset": self.dataset,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SelectionCurve:
+        return cls(
+            method=data["method"],
+            dataset=data["dataset"],
+            ks=list(data["ks"]),
+            points=[CurvePoint(**p) for p in data["points"]],
+            full=CurvePoint(**data["full"]),
+            random={int(s): [CurvePoint(**p) for p in pts] for s, pts in data.get("random", {}).items()},
+            tolerance=float(data.get("tolerance", 0.001)),
+            ranking=list(data.get("ranking", [])),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, default=_nan_safe))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> SelectionCurve:
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def to_mlflow(self, tracker: RunTracker) -> None:
+        import matplotlib.pyplot as plt
+
+        tracker.log_metrics({k: float(v) for k, v in self.summary().items() if isinstance(v, (int, float)) and v is not None})
+        for p in self.points:
+            tracker.log_metrics({"curve.test_auc": p.test_auc, "curve.test_logloss": p.test_logloss}, step=p.k)
+        tracker.log_dict(self.to_dict(), "selection/curve.json")
+        fig = self.plot()
+        tracker.log_figure(fig, "selection/curve.png")
+        plt.close(fig)
+
+
+def _nan_safe(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+
+def selection_curve(
+    recipe: Recipe,
+    report: ImportanceReport,
+    ks: Iterable[int],
+    *,
+    random_seeds: Sequence[int] = (0, 1, 2),
+    tolerance: float = 0.001,
+    cache: FitCache | None = None,
+    tracker: RunTracker | None = None,
+) -> SelectionCurve:
+    """Retrain ``recipe``'s backbone on the top-k features of ``report`` for every k.
+
+    Args:
+        recipe: the training recipe (data, backbone, trainer settings).
+        report: the ranking.
+        ks: kept-feature counts (each 1..len(report)).
+        random_seeds: seeds of the random rankings drawn on the same ks (empty: none).
+        tolerance: AUC tolerance for :attr:`SelectionCurve.smallest_k`.
+        cache: fit memo shared between curves on the same recipe.
+        tracker: parent MLflow run; every fit becomes a nested child run (None: no tracking).
+
+    Returns:
+        the curve (with the all-features model as reference).
+    """
+    ks = parse_ks(list(ks), len(report))
+    cache = cache or FitCache()
+    parent = tracker.run_id if tracker is not None else None
+    tracking = tracker is not None
+    schema_names = [n for n in recipe.schema.names if n in set(report.ranking)]
+    full = cache.get(recipe, schema_names, "all-features", parent, tracking)
+    points = [cache.get(recipe, report.top_k(k), f"{report.method}-top{k}", parent, tracking) for k in ks]
+    random: dict[int, list[CurvePoint]] = {}
+    for seed in random_seeds:
+        order = RandomRanking(seed=seed).rank_schema(recipe.schema.select(report.ranking))
+        random[int(seed)] = [cache.get(recipe, order.top_k(k), f"random{seed}-top{k}", parent, tracking) for k in ks]
+    curve = SelectionCurve(report.method, report.dataset or recipe.dataset_name, ks, points, full, random, tolerance,
+                           report.ranking)
+    if tracker is not None:
+        curve.to_mlflow(tracker)
+    return curve

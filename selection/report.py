@@ -1,0 +1,334 @@
+"""``ImportanceReport``: the ranked, evidenced answer every importance method returns.
+
+A report is a table (one :class:`FeatureImportance` row per ranked feature) plus what produced
+it (method, config, wall-clock cost, dataset) and method-specific evidence in ``extras``
+(OutRank's redundancy matrix and noise controls, LeAP's gate trajectories, ...). Features a
+method refuses to rank (a label leak, an entirely missing column) are listed in ``excluded``
+with the reason, never silently ranked first.
+
+    report = OutRank().rank(recipe)
+    report.top_k(4)                      # ['item_id', 'site_category', ...]
+    report.reduced_schema(schema, 4)     # Schema that trains the smaller model
+    report.reduced_config(config, 4)     # training config dict with data.features set
+    report.plot()                        # horizontal bar chart (matplotlib Figure)
+    report.save("outrank.json"); ImportanceReport.load("outrank.json")
+    report.to_mlflow(tracker)            # table + plot + JSON as run artifacts
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from recsys.data.schema import Schema
+from recsys.io import atomic_write_text
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from recsys.tracking import RunTracker
+
+__all__ = ["FORMAT_VERSION", "FeatureImportance", "ImportanceReport"]
+
+#: version of the JSON file format written by :meth:`ImportanceReport.save`
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class FeatureImportance:
+    """One ranked feature.
+
+    Args:
+        feature: feature name.
+        score: the method's importance score (higher = more important).
+        rank: 1 for the most important feature.
+        uncertainty: spread of the score where the method has one (std over repeats or
+            batches), else None.
+        width: input width the feature occupies at the seam (embedding dim of a sparse
+            feature, 1 for a dense one): the cost of keeping it.
+        kind: ``categorical``, ``multi_categorical`` or ``dense``.
+        flags: warnings attached by the method (``below_noise``, ``constant``, ...).
+    """
+
+    feature: str
+    score: float
+    rank: int
+    uncertainty: float | None = None
+    width: int = 1
+    kind: str = "categorical"
+    flags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["flags"] = list(self.flags)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FeatureImportance:
+        return cls(**{**data, "flags": tuple(data.get("flags", ()))})
+
+
+def _finite(x: float | None) -> float | None:
+    """JSON has no NaN/inf: store them as None."""
+    return None if x is None or not math.isfinite(float(x)) else float(x)
+
+
+@dataclass
+class ImportanceReport:
+    """A ranking of features by one importance method.
+
+    Args:
+        method: the method's name (``outrank``, ``permutation``, ``leap``, ``random``, ...).
+        features: ranked rows, most important first (ranks 1..F).
+        config: the method's settings.
+        cost_seconds: wall-clock time the method took (training included where it trains).
+        dataset: dataset name.
+        excluded: features left out of the ranking -> reason (e.g. ``"leakage: ..."``).
+        extras: JSON-able method-specific evidence.
+    """
+
+    method: str
+    features: list[FeatureImportance]
+    config: dict[str, Any] = field(default_factory=dict)
+    cost_seconds: float = 0.0
+    dataset: str = ""
+    excluded: dict[str, str] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.features = sorted(self.features, key=lambda f: f.rank)
+        ranks = [f.rank for f in self.features]
+        if ranks != list(range(1, len(ranks) + 1)):
+            raise ValueError(f"{self.method}: ranks must be 1..{len(ranks)} without gaps, got {ranks}")
+        names = [f.feature for f in self.features]
+        both = sorted(set(names) & set(self.excluded))
+        if both:
+            raise ValueError(f"{self.method}: features {both} are both ranked and excluded")
+
+    @classmethod
+    def from_scores(
+        cls,
+        method: str,
+        scores: Mapping[str, float],
+        *,
+        uncertainty: Mapping[str, float | None] | None = None,
+        widths: Mapping[str, int] | None = None,
+        kinds: Mapping[str, str] | None = None,
+        flags: Mapping[str, Sequence[str]] | None = None,
+        config: Mapping[str, Any] | None = None,
+        cost_seconds: float = 0.0,
+        dataset: str = "",
+        excluded: Mapping[str, str] | None = None,
+        extras: Mapping[str, Any] | None = None,
+    ) -> ImportanceReport:
+        """Rank ``scores`` descending (NaN last; ties keep the order of ``scores``)."""
+        names = list(scores)
+        key = [(-(float(scores[n])) if math.isfinite(float(scores[n])) else math.inf) for n in names]
+        order = sorted(range(len(names)), key=lambda i: (key[i], i))
+        rows = [
+            FeatureImportance(
+                feature=names[i],
+                score=float(scores[names[i]]),
+                rank=r + 1,
+                uncertainty=None if uncertainty is None or uncertainty.get(names[i]) is None else float(uncertainty[names[i]]),
+                width=int((widths or {}).get(names[i], 1)),
+                kind=str((kinds or {}).get(names[i], "categorical")),
+                flags=tuple((flags or {}).get(names[i], ())),
+            )
+            for r, i in enumerate(order)
+        ]
+        return cls(method, rows, dict(config or {}), float(cost_seconds), dataset, dict(excluded or {}), dict(extras or {}))
+
+    # -- views -------------------------------------------------------------------------------
+    @property
+    def ranking(self) -> list[str]:
+        """Feature names, most important first."""
+        return [f.feature for f in self.features]
+
+    @property
+    def scores(self) -> dict[str, float]:
+        return {f.feature: f.score for f in self.features}
+
+    def __len__(self) -> int:
+        return len(self.features)
+
+    def __getitem__(self, feature: str) -> FeatureImportance:
+        for f in self.features:
+            if f.feature == feature:
+                return f
+        raise KeyError(f"{feature!r} is not ranked by {self.method}; ranked: {self.ranking}, excluded: {sorted(self.excluded)}")
+
+    def top_k(self, k: int) -> list[str]:
+        """The ``k`` most important features (in rank order).
+
+        Raises:
+            ValueError: when ``k`` is not in ``1..len(self)``.
+        """
+        if not 1 <= int(k) <= len(self.features):
+            raise ValueError(
+                f"k={k} is out of range: {self.method} ranked {len(self.features)} features"
+                + (f" ({len(self.excluded)} more excluded: {sorted(self.excluded)})" if self.excluded else "")
+                + f"; use 1 <= k <= {len(self.features)}"
+            )
+        return self.ranking[: int(k)]
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per ranked feature (rank, feature, score, uncertainty, width, kind, flags)."""
+        import pandas as pd
+
+        frame = pd.DataFrame([f.to_dict() for f in self.features], columns=list(FeatureImportance.__dataclass_fields__))
+        frame["flags"] = frame["flags"].map(lambda v: ",".join(v))
+        return frame[["rank", "feature", "score", "uncertainty", "width", "kind", "flags"]]
+
+    def format(self, top: int | None = None) -> str:
+        """A plain-text table for the terminal."""
+        rows = self.features[:top] if top else self.features
+        lines = [
+            f"{self.method} importance on {self.dataset or 'data'}: {len(self.features)} features ranked"
+            f" in {self.cost_seconds:.1f} s",
+            f"{'rank':>4}  {'feature':<28} {'score':>12} {'+/-':>10} {'width':>5}  flags",
+        ]
+        for f in rows:
+            unc = f"{f.uncertainty:.4g}" if f.uncertainty is not None else ""
+            lines.append(f"{f.rank:>4}  {f.feature:<28} {f.score:>12.5g} {unc:>10} {f.width:>5}  {','.join(f.flags)}")
+        for name, reason in self.excluded.items():
+            lines.append(f"   -  {name:<28} excluded: {reason}")
+        return "\n".join(lines)
+
+    # -- applying the selection ----------------------------------------------------------------
+    def reduced_schema(self, schema: Schema, k: int) -> Schema:
+        """``schema`` restricted to the top-``k`` features (schema order kept)."""
+        return schema.select(self.top_k(k))
+
+    def reduced_config(self, config: Mapping[str, Any] | str | Path, k: int) -> dict[str, Any]:
+        """A ``salience fit`` config (dict or YAML path) that trains on the top-``k`` features.
+
+        Sets ``data.features`` to the kept features and clears ``data.drop_features``.
+        """
+        if not isinstance(config, Mapping):
+            import yaml
+
+            config = yaml.safe_load(Path(config).read_text()) or {}
+        out = json.loads(json.dumps(dict(config), default=str))  # deep copy, plain types
+        data = out.setdefault("data", {})
+        data["features"] = self.top_k(k)
+        data.pop("drop_features", None)
+        return out
+
+    # -- rendering -----------------------------------------------------------------------------
+    def plot(self, top: int | None = 40, ax: Any = None) -> Figure:
+        """Horizontal bar chart of the scores (error bars where there is uncertainty)."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        rows = self.features[:top] if top else self.features
+        if ax is None:
+            fig, ax = plt.subplots(figsize=(7, 0.28 * max(len(rows), 4) + 1.2))
+        else:
+            fig = ax.figure
+        y = np.arange(len(rows))[::-1]
+        err = [f.uncertainty or 0.0 for f in rows]
+        colors = ["tab:red" if f.flags else "tab:blue" for f in rows]
+        ax.barh(y, [f.score for f in rows], xerr=err if any(err) else None, color=colors, alpha=0.85)
+        ax.set_yticks(y, [f"{f.feature} ({f.width})" for f in rows], fontsize=8)
+        ax.axvline(0.0, color="black", linewidth=0.6)
+        ax.set_xlabel("importance score")
+        title = f"{self.method} on {self.dataset}" if self.dataset else self.method
+        ax.set_title(title + ("  (red: flagged)" if any(f.flags for f in rows) else ""), fontsize=10)
+        fig.tight_layout()
+        return fig
+
+    def to_mlflow(self, tracker: RunTracker, prefix: str | None = None) -> None:
+        """Log the table (CSV), the bar chart (PNG) and the report (JSON) to ``tracker``'s run."""
+        import matplotlib.pyplot as plt
+
+        prefix = prefix or f"importance/{self.method}"
+        tracker.log_text(self.to_frame().to_csv(index=False), f"{prefix}/ranking.csv")
+        tracker.log_dict(self.to_dict(), f"{prefix}/report.json")
+        fig = self.plot()
+        tracker.log_figure(fig, f"{prefix}/ranking.png")
+        plt.close(fig)
+        tracker.log_metrics({f"{self.method}.cost_seconds": self.cost_seconds, f"{self.method}.features_ranked": len(self)})
+
+    # -- files ---------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format_version": FORMAT_VERSION,
+            "method": self.method,
+            "dataset": self.dataset,
+            "cost_seconds": self.cost_seconds,
+            "config": _plain(self.config),
+            "features": [
+                {**f.to_dict(), "score": _finite(f.score), "uncertainty": _finite(f.uncertainty)} for f in self.features
+            ],
+            "excluded": self.excluded,
+            "extras": _plain(self.extras),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ImportanceReport:
+        version = data.get("format_version", FORMAT_VERSION)
+        if version > FORMAT_VERSION:
+            raise ValueError(f"importance report format {version} is newer than this Salience reads ({FORMAT_VERSION})")
+        rows = []
+        for row in data["features"]:
+            row = dict(row)
+            row["score"] = float("nan") if row.get("score") is None else float(row["score"])
+            rows.append(FeatureImportance.from_dict(row))
+        return cls(
+            method=data["method"],
+            features=rows,
+            config=dict(data.get("config", {})),
+            cost_seconds=float(data.get("cost_seconds", 0.0)),
+            dataset=data.get("dataset", ""),
+            excluded=dict(data.get("excluded", {})),
+            extras=dict(data.get("extras", {})),
+        )
+
+    def save(self, path: str | Path) -> Path:
+        """Write the report as JSON (atomically); returns the path."""
+        path = Path(path)
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, allow_nan=False))
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> ImportanceReport:
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"importance report not found: {path}")
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: not an importance report (invalid JSON at line {e.lineno}: {e.msg})") from e
+        if not isinstance(data, Mapping) or "features" not in data or "method" not in data:
+            raise ValueError(f"{path}: not an importance report (needs 'method' and 'features')")
+        return cls.from_dict(data)
+
+    def with_method(self, method: str) -> ImportanceReport:
+        return replace(self, method=method)
+
+
+def _plain(obj: Any) -> Any:
+    """``obj`` with numpy scalars/arrays as Python types and NaN/inf as None (JSON-safe)."""
+    if isinstance(obj, Mapping):
+        return {str(k): _plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return _plain(obj.tolist())
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return _finite(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj

@@ -1,0 +1,107 @@
+"""Recipe (re-trainable config) and the model.seam plug-in of RankingTask."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from recsys.models.seam import SeamTransform
+from recsys.train.module import build_seam
+from recsys.train.recipe import Recipe
+
+CONFIG = {
+    "seed_everything": 0,
+    "trainer": {"max_epochs": 1},
+    "model": {"arch": "dlrm", "arch_args": {"bottom_mlp": [8], "top_mlp": [8]}, "embedding_kernel": "plain"},
+    "data": {
+        "reader": {
+            "class_path": "recsys.data.synthetic.SyntheticReader",
+            "init_args": {"n_rows": 3000, "cardinality_scale": 0.01, "n_noise": 1, "n_noise_dense": 0, "embedding_dim": 8},
+        },
+        "batch_size": 256,
+        "cache_dir": None,
+    },
+}
+
+
+class ScaleSeam(SeamTransform):
+    """Test seam: multiplies every field by a learned per-field scale (created in bind)."""
+
+    learning_rate = 0.5
+
+    def __init__(self, init: float = 1.0) -> None:
+        super().__init__()
+        self.init = init
+        self.bound: list[str] = []
+
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+        self.bound = list(sparse_names) + list(dense_names)
+        self.scale = torch.nn.Parameter(torch.full((len(sparse_names),), self.init))
+        self.names = list(sparse_names)
+
+    def forward(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        return {n: sparse[n] * self.scale[i] for i, n in enumerate(self.names)}, dense
+
+
+def test_raw_split_matches_the_encoded_split(tmp_cwd: Path) -> None:
+    recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True)
+    raw = recipe.raw_split("train")
+    train = recipe.datamodule.prepared.splits["train"]
+    assert len(raw) == len(train)
+    np.testing.assert_array_equal(raw.labels, train.labels)
+    assert raw.schema.names == recipe.schema.names
+    with pytest.raises(ValueError, match="split must be one of"):
+        recipe.raw_split("holdout")
+
+
+def test_fit_on_a_subset_with_a_seam(tmp_cwd: Path) -> None:
+    recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True)
+    seam = {"class_path": f"{__name__}.ScaleSeam", "init_args": {"init": 2.0}}
+    result = recipe.fit(features=["item_id", "tags", "price"], seam=seam, tracking=False, run_name="sub")
+    model = result.task.model
+    assert model.sparse_names == ["item_id", "tags"] and model.schema.dense_names == ["price"]
+    assert isinstance(model.seam, ScaleSeam) and model.seam.bound == ["item_id", "tags", "price"]
+    assert not torch.equal(model.seam.scale.detach(), torch.full((2,), 2.0))  # trained
+    assert {"test_auc", "test_logloss", "best_val_auc"} <= set(result.metrics)
+    # the seam parameters get their own group with the seam's learning rate
+    groups = result.task.configure_optimizers()
+    optimizer = groups["optimizer"] if isinstance(groups, dict) else groups
+    seam_group = [g for g in optimizer.param_groups if any(p is model.seam.scale for p in g["params"])]
+    assert len(seam_group) == 1 and seam_group[0]["lr"] == 0.5 and seam_group[0]["weight_decay"] == 0.0
+    # a second fit with the same name gets its own folder
+    again = recipe.fit(features=["item_id"], tracking=False, run_name="sub", max_epochs=1)
+    assert again.root_dir != result.root_dir
+
+
+def test_build_seam_errors_name_the_key() -> None:
+    assert build_seam(None) is None
+    with pytest.raises(ValueError, match="model.seam must be a mapping"):
+        build_seam("selection.LeAPSeam")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"model.seam.class_path='nope.Missing' cannot be imported"):
+        build_seam({"class_path": "nope.Missing"})
+    with pytest.raises(ValueError, match="is not a SeamTransform subclass"):
+        build_seam({"class_path": "torch.nn.Linear"})
+    with pytest.raises(ValueError, match=r"unknown key\(s\) \['args'\]"):
+        build_seam({"class_path": f"{__name__}.ScaleSeam", "args": {}})
+    with pytest.raises(ValueError, match="model.seam.init_args for ScaleSeam"):
+        build_seam({"class_path": f"{__name__}.ScaleSeam", "init_args": {"bogus": 1}})
+
+
+def test_missing_config_file() -> None:
+    with pytest.raises(FileNotFoundError, match="config file not found"):
+        Recipe("does/not/exist.yaml")
+
+
+def test_checkpoint_round_trip_rebuilds_the_seam(tmp_cwd: Path) -> None:
+    recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True)
+    seam = {"class_path": f"{__name__}.ScaleSeam"}
+    result = recipe.fit(features=["item_id", "site_category"], seam=seam, tracking=False)
+    ckpt = next(Path(result.root_dir).rglob("last.ckpt"))
+    from recsys.train.checkpoint import load_checkpoint
+
+    loaded = load_checkpoint(ckpt)
+    assert isinstance(loaded.model.seam, ScaleSeam)
+    torch.testing.assert_close(loaded.model.seam.scale, result.task.model.seam.scale)

@@ -1,0 +1,74 @@
+"""Selection curve: AUKC, k parsing, memoised fits, nested MLflow runs, the reduced config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, parse_ks, selection_curve
+from selection.report import ImportanceReport
+
+
+def test_aukc_golden_values() -> None:
+    assert aukc([1, 2, 4], [0.6, 0.7, 0.7]) == pytest.approx((0.65 * 1 + 0.7 * 2) / 3)
+    assert aukc([4, 1, 2], [0.7, 0.6, 0.7]) == pytest.approx((0.65 * 1 + 0.7 * 2) / 3)  # order-free
+    assert aukc([3], [0.8]) == 0.8
+    assert np.isnan(aukc([], []))
+
+
+def test_parse_ks() -> None:
+    assert parse_ks("4,2,2,8", 10) == [2, 4, 8]
+    assert parse_ks("all", 10) == [1, 2, 4, 8, 10]
+    assert parse_ks([3, 1], 3) == [1, 3]
+    with pytest.raises(ValueError, match=r"\[12\] out of range; the ranking has 10 features"):
+        parse_ks("2,12", 10)
+    with pytest.raises(ValueError, match="comma-separated list of integers"):
+        parse_ks("2,four", 10)
+
+
+def _curve() -> SelectionCurve:
+    pts = [CurvePoint(k, [f"f{i}" for i in range(k)], 0.6 + 0.05 * k, 0.5) for k in (1, 2, 3)]
+    rnd = {0: [CurvePoint(k, [], 0.55 + 0.05 * k, 0.5) for k in (1, 2, 3)]}
+    return SelectionCurve("m", "toy", [1, 2, 3], pts, CurvePoint(4, [], 0.76, 0.45), rnd, tolerance=0.02, ranking=["f0"])
+
+
+def test_curve_summary_plot_and_round_trip(tmp_path: Path) -> None:
+    c = _curve()
+    s = c.summary()
+    assert s["aukc"] == pytest.approx(0.7) and s["random_aukc_mean"] == pytest.approx(0.65)
+    assert c.smallest_k == 3  # 0.75 >= 0.76 - 0.02; 0.70 is not
+    fig = c.plot()
+    assert len(fig.axes[0].lines) >= 3
+    back = SelectionCurve.load(c.save(tmp_path / "c.json"))
+    assert back.summary() == s
+    assert "| 2 | 0.7000 |" in c.to_markdown()
+
+
+def test_selection_curve_trains_top_k_with_nested_runs(tiny_recipe, tmp_cwd: Path) -> None:  # noqa: ANN001
+    from mlflow import MlflowClient
+
+    from recsys.tracking import RunTracker
+
+    names = tiny_recipe.schema.names
+    order = ["item_id", "site_category", "tags"] + [n for n in names if n not in ("item_id", "site_category", "tags")]
+    report = ImportanceReport.from_scores("planted", {n: float(len(order) - i) for i, n in enumerate(order)})
+    parent = RunTracker(tiny_recipe.dataset_name, "select-planted")
+    cache = FitCache()
+    curve = selection_curve(tiny_recipe, report, [1, 3], random_seeds=[0], cache=cache, tracker=parent)
+    parent.finish()
+    assert [p.k for p in curve.points] == [1, 3] and curve.points[1].features == ["item_id", "site_category", "tags"]
+    assert curve.full.k == len(names)
+    print([(p.k, p.test_auc) for p in curve.points], curve.full.test_auc)
+    assert all(0.5 < p.test_auc < 1.0 for p in curve.points)
+    assert cache.fits <= 1 + 2 + 2  # full + 2 ranked + 2 random (a shared subset would train once)
+    client = MlflowClient(parent.uri)
+    exp = client.get_experiment_by_name(tiny_recipe.dataset_name)
+    children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
+    assert len(children) == cache.fits
+    assert "curve.json" in {Path(a.path).name for a in client.list_artifacts(parent.run_id, "selection")}
+    # the same subset is not trained twice
+    before = cache.fits
+    selection_curve(tiny_recipe, report, [3], random_seeds=[], cache=cache)
+    assert cache.fits == before

@@ -1,0 +1,133 @@
+"""ImportanceReport: ranking, top-k, applying the selection, plot, MLflow, save/load."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+from selection.base import RandomRanking, feature_widths, get_method, method_names
+from selection.report import FeatureImportance, ImportanceReport
+
+
+def _schema() -> Schema:
+    return Schema(
+        (
+            FeatureSpec("user", FeatureKind.CATEGORICAL, embedding_dim=16),
+            FeatureSpec("item", FeatureKind.CATEGORICAL, embedding_dim=8),
+            FeatureSpec("tags", FeatureKind.MULTI_CATEGORICAL, embedding_dim=4),
+            FeatureSpec("price", FeatureKind.DENSE),
+        ),
+        name="toy",
+    )
+
+
+def _report() -> ImportanceReport:
+    schema = _schema()
+    return ImportanceReport.from_scores(
+        "toy",
+        {"user": 0.1, "item": 0.5, "tags": float("nan"), "price": 0.3},
+        uncertainty={"item": 0.01},
+        widths=feature_widths(schema),
+        kinds={f.name: f.kind.value for f in schema.features},
+        flags={"tags": ["below_noise"]},
+        config={"alpha": 1.0},
+        cost_seconds=1.5,
+        dataset="toy",
+        excluded={"leak": "leakage: equals the label"},
+        extras={"matrix": [[1.0, float("nan")]]},
+    )
+
+
+def test_from_scores_ranks_descending_with_nan_last() -> None:
+    r = _report()
+    assert r.ranking == ["item", "price", "user", "tags"]
+    assert [f.rank for f in r.features] == [1, 2, 3, 4]
+    assert r["item"].uncertainty == 0.01 and r["user"].uncertainty is None
+    assert r["user"].width == 16 and r["price"].width == 1 and r["price"].kind == "dense"
+    assert r["tags"].flags == ("below_noise",)
+
+
+def test_ties_keep_input_order() -> None:
+    r = ImportanceReport.from_scores("t", {"b": 1.0, "a": 1.0, "c": 2.0})
+    assert r.ranking == ["c", "b", "a"]
+
+
+def test_top_k_and_bad_k() -> None:
+    r = _report()
+    assert r.top_k(2) == ["item", "price"]
+    with pytest.raises(ValueError, match=r"k=5 is out of range.*4 features.*leak"):
+        r.top_k(5)
+    with pytest.raises(ValueError, match="k=0"):
+        r.top_k(0)
+
+
+def test_ranks_must_be_contiguous_and_excluded_disjoint() -> None:
+    with pytest.raises(ValueError, match="ranks must be"):
+        ImportanceReport("m", [FeatureImportance("a", 1.0, 2)])
+    with pytest.raises(ValueError, match="both ranked and excluded"):
+        ImportanceReport("m", [FeatureImportance("a", 1.0, 1)], excluded={"a": "x"})
+
+
+def test_reduced_schema_and_config(tmp_path: Path) -> None:
+    r = _report()
+    reduced = r.reduced_schema(_schema(), 2)
+    assert reduced.names == ["item", "price"]  # schema order kept
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: {arch: dcnv2}\ndata:\n  batch_size: 8\n  drop_features: [user]\n")
+    out = r.reduced_config(cfg, 3)
+    assert out["data"]["features"] == ["item", "price", "user"]
+    assert "drop_features" not in out["data"] and out["data"]["batch_size"] == 8 and out["model"] == {"arch": "dcnv2"}
+
+
+def test_save_load_round_trip(tmp_path: Path) -> None:
+    r = _report()
+    path = r.save(tmp_path / "r.json")
+    data = json.loads(path.read_text())  # strict JSON: NaN stored as null
+    assert data["features"][3]["score"] is None and data["extras"]["matrix"] == [[1.0, None]]
+    back = ImportanceReport.load(path)
+    assert back.ranking == r.ranking and back.excluded == r.excluded and back.config == r.config
+    assert math.isnan(back["tags"].score) and back["item"].score == 0.5 and back.cost_seconds == 1.5
+    assert back.to_frame().shape == (4, 7)
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(ValueError, match="bad.json.*invalid JSON"):
+        ImportanceReport.load(tmp_path / "bad.json")
+    with pytest.raises(FileNotFoundError):
+        ImportanceReport.load(tmp_path / "missing.json")
+
+
+def test_plot_and_format() -> None:
+    r = _report()
+    fig = r.plot()
+    assert len(fig.axes[0].patches) == 4
+    text = r.format()
+    assert "item" in text.splitlines()[2] and "excluded: leakage" in text
+
+
+def test_to_mlflow_logs_table_plot_and_json(tmp_cwd: Path) -> None:
+    from mlflow import MlflowClient
+
+    from recsys.tracking import RunTracker
+
+    tracker = RunTracker("toy", "rank-toy")
+    _report().to_mlflow(tracker)
+    tracker.finish()
+    client = MlflowClient(tracker.uri)
+    names = {a.path for a in client.list_artifacts(tracker.run_id, "importance/toy")}
+    assert names == {"importance/toy/ranking.csv", "importance/toy/ranking.png", "importance/toy/report.json"}
+    assert client.get_run(tracker.run_id).data.metrics["toy.features_ranked"] == 4
+
+
+def test_random_ranking_is_seeded_and_registered() -> None:
+    schema = _schema()
+    a = RandomRanking(seed=3).rank_schema(schema)
+    b = RandomRanking(seed=3).rank_schema(schema)
+    c = RandomRanking(seed=4).rank_schema(schema)
+    assert a.ranking == b.ranking and sorted(a.ranking) == sorted(schema.names)
+    assert any(RandomRanking(seed=s).rank_schema(schema).ranking != a.ranking for s in range(5)) or c.ranking != a.ranking
+    assert "random" in method_names() and isinstance(get_method("random", seed=1), RandomRanking)
+    with pytest.raises(ValueError, match="unknown importance method 'nope'"):
+        get_method("nope")
