@@ -176,13 +176,15 @@ class SyntheticConfig:
             raise ValueError("cardinality_scale must be > 0 and signal_scale >= 0")
         if isinstance(self.embedding_dim, str):
             if self.embedding_dim != BY_CARDINALITY:
-                raise ValueError(f"embedding_dim must be an int >= 1 or {BY_CARDINALITY!r}, got {self.embedding_dim!r}")
+                raise ValueError(f"embedding_dim must be >= 1 or {BY_CARDINALITY!r}, got {self.embedding_dim!r}")
         elif self.embedding_dim < 1:
             raise ValueError(f"embedding_dim must be >= 1, got {self.embedding_dim}")
         if self.n_rare_flags < 0 or self.n_tag_fields < 0:
             raise ValueError("n_rare_flags and n_tag_fields must be >= 0")
         if not 0 <= self.n_dense_informative <= len(_DENSE_INFORMATIVE):
-            raise ValueError(f"n_dense_informative must be in 0..{len(_DENSE_INFORMATIVE)}, got {self.n_dense_informative}")
+            raise ValueError(
+                f"n_dense_informative must be in 0..{len(_DENSE_INFORMATIVE)}, got {self.n_dense_informative}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
