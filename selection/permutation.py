@@ -1,0 +1,369 @@
+"""Permutation feature importance at the seam (Breiman 2001; docs/methods.md §7.1).
+
+``PI_f = AUC(D) − (1/R) Σ_r AUC(D with field f permuted over the rows)``, on a held-out split
+of a trained model. Every seam field counts: each sparse feature's pooled embedding and each
+dense column.
+
+Where the shuffle happens: a row's pooled embedding depends only on that row's ids, so
+permuting the pooled embeddings of feature f across rows gives exactly the model input of the
+data with column f permuted. The sparse arch therefore runs *once* over the split (the
+embedding lookups are the expensive part), and each (field, repeat) pass runs only the seam
+and the interaction on the cached tensors. The permutation is drawn over the whole split
+(dataset-level), not per batch, so a field is compared with its marginal over the split.
+
+    report = PermutationImportance(repeats=5).rank(recipe)       # trains once, scores on val
+    report = PermutationImportance().rank_model(model, data, schema)  # an already trained model
+    drop, std, base = permutation_importance(model, data)        # the raw numbers
+
+AUC is the plain rank-sum (Mann–Whitney) AUC with ties averaged (:func:`binary_auc`), computed
+in float64 on the whole split, so it equals ``sklearn.metrics.roc_auc_score``.
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from recsys.data.batching import make_batch
+from recsys.data.encoders import EncodedData
+from recsys.data.schema import Schema
+from recsys.models.base import RankingModel
+from recsys.models.seam import SeamTransform
+from recsys.train.recipe import Recipe
+from selection.base import ImportanceMethod, feature_widths
+from selection.report import ImportanceReport
+
+__all__ = [
+    "FieldShuffle",
+    "PermutationImportance",
+    "binary_auc",
+    "field_permutation",
+    "permutation_drops",
+    "permutation_importance",
+    "seam_fields",
+]
+
+
+class FieldShuffle(SeamTransform):
+    """Permutes one field across the rows of the batch it sees: the evaluation-time seam
+    transform of permutation importance.
+
+    Args:
+        field: a sparse feature (its pooled embedding is permuted) or a dense feature (its
+            column of the dense tensor is permuted).
+        permutation: the row order to apply (B, int64); when None, a fresh one is drawn per
+            call from ``generator``.
+        generator: torch generator for drawn permutations (default: the global RNG).
+
+    Call: ``(sparse {name: B x D_f}, dense B x D_dense) -> same shapes``, with
+    ``out[field][b] = in[field][permutation[b]]`` and everything else unchanged.
+
+    Example::
+
+        model.set_seam(FieldShuffle("user_id", torch.randperm(B)))
+        shuffled_logits = model(dense, kjt)
+    """
+
+    def __init__(
+        self, field: str, permutation: torch.Tensor | None = None, generator: torch.Generator | None = None
+    ) -> None:
+        super().__init__()
+        self.field = field
+        self.permutation = permutation
+        self.generator = generator
+        self.dense_index: int | None = None
+        self.is_sparse: bool | None = None
+
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+        if self.field in sparse_names:
+            self.is_sparse, self.dense_index = True, None
+        elif self.field in dense_names:
+            self.is_sparse, self.dense_index = False, list(dense_names).index(self.field)
+        else:
+            available = list(sparse_names) + list(dense_names)
+            raise ValueError(f"FieldShuffle: {self.field!r} is not a seam field; available: {available}")
+
+    def forward(
+        self, sparse: dict[str, torch.Tensor], dense: torch.Tensor
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        if self.is_sparse is None:  # not bound: resolve from the inputs
+            self.is_sparse = self.field in sparse
+            if not self.is_sparse:
+                raise ValueError("FieldShuffle on a dense column must be bound first (model.set_seam)")
+        batch = dense.size(0)
+        perm = self.permutation
+        if perm is None:
+            perm = torch.randperm(batch, generator=self.generator).to(dense.device)
+        elif perm.numel() != batch:
+            raise ValueError(f"FieldShuffle: permutation has {perm.numel()} rows, the batch has {batch}")
+        perm = perm.to(dense.device)
+        if self.is_sparse:
+            out = dict(sparse)
+            out[self.field] = sparse[self.field][perm]
+            return out, dense
+        assert self.dense_index is not None
+        dense = dense.clone()
+        dense[:, self.dense_index] = dense[perm, self.dense_index]
+        return sparse, dense
+
+
+def binary_auc(scores: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndarray) -> float:
+    """ROC AUC by the rank-sum formula, ties averaged (float64); NaN when a class is missing."""
+    s = torch.as_tensor(scores).detach().double().reshape(-1).cpu()
+    y = torch.as_tensor(labels).detach().reshape(-1).cpu() > 0.5
+    n1 = int(y.sum())
+    n0 = int(y.numel()) - n1
+    if n1 == 0 or n0 == 0:
+        return float("nan")
+    order = torch.argsort(s)
+    sorted_s = s[order]
+    # average rank of every run of equal scores
+    _, inverse, counts = torch.unique_consecutive(sorted_s, return_inverse=True, return_counts=True)
+    ends = torch.cumsum(counts, 0).double()
+    avg = ends - (counts.double() - 1.0) / 2.0  # 1-based average rank of each tie group
+    ranks = torch.empty_like(s)
+    ranks[order] = avg[inverse]
+    return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
+
+
+def field_permutation(n: int, seed: int, feature: str, repeat: int) -> np.ndarray:
+    """The dataset-level permutation of ``feature`` in repeat ``repeat``: a function of
+    (seed, feature name, repeat) only, so adding or dropping other features or changing the
+    evaluation order leaves it unchanged."""
+    return np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(feature.encode()), int(repeat)]).permutation(n)
+
+
+def seam_fields(model: RankingModel) -> list[str]:
+    """The model's seam fields: sparse features in seam order, then dense columns."""
+    return list(model.sparse_names) + list(model.schema.dense_names)
+
+
+@torch.no_grad()
+def _sparse_arch_outputs(
+    model: RankingModel, data: EncodedData, batch_size: int, device: torch.device
+) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    """Pooled embeddings N x D_f per feature, dense N x D_dense and labels N of the whole split."""
+    names = list(model.sparse_names)
+    offsets = {n: data.offsets(n) for n in data.sparse_names}
+    parts: dict[str, list[torch.Tensor]] = {n: [] for n in names}
+    dense_parts, label_parts = [], []
+    for start in range(0, len(data), batch_size):
+        rows = np.arange(start, min(start + batch_size, len(data)))
+        batch = make_batch(data, rows, offsets)
+        pooled = model.sparse_arch(batch.sparse_features.to(device))
+        for n in names:
+            parts[n].append(pooled[n])
+        dense_parts.append(batch.dense_features.to(device))
+        label_parts.append(batch.labels)
+    sparse = {n: torch.cat(parts[n]) for n in names}
+    return sparse, torch.cat(dense_parts), torch.cat(label_parts)
+
+
+@torch.no_grad()
+def _scores(
+    model: RankingModel, sparse: dict[str, torch.Tensor], dense: torch.Tensor, batch_size: int
+) -> torch.Tensor:
+    """Logits N of the cached seam inputs: the model's own seam, then its interaction, in chunks."""
+    out = []
+    n = dense.size(0)
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
+        chunk = {k: v[start:stop] for k, v in sparse.items()}
+        s, d = model.seam(chunk, dense[start:stop])
+        out.append(model.interact(s, d).float().cpu())
+    return torch.cat(out)
+
+
+def permutation_drops(
+    model: RankingModel,
+    data: EncodedData,
+    repeats: int = 5,
+    seed: int = 0,
+    batch_size: int = 8192,
+    features: list[str] | None = None,
+) -> tuple[float, dict[str, list[float]]]:
+    """Per-repeat AUC drops of every seam field: ``(base_auc, {field: [R drops]})``.
+
+    See :func:`permutation_importance` for the arguments and the computation.
+    """
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    fields = seam_fields(model)
+    features = fields if features is None else list(features)
+    unknown = [f for f in features if f not in fields]
+    if unknown:
+        raise ValueError(f"features {unknown} are not seam fields of the model; available: {fields}")
+    dense_index = {n: i for i, n in enumerate(model.schema.dense_names)}
+    device = next(model.parameters()).device
+    flags = [(m, m.training) for m in model.modules()]
+    model.eval()
+    try:
+        sparse, dense, labels = _sparse_arch_outputs(model, data, batch_size, device)
+        base = binary_auc(_scores(model, sparse, dense, batch_size), labels)
+        n = dense.size(0)
+        drops: dict[str, list[float]] = {}
+        for f in features:
+            drops[f] = []
+            for r in range(repeats):
+                perm = torch.from_numpy(field_permutation(n, seed, f, r)).to(device)
+                if f in dense_index:
+                    shuffled = dense.clone()
+                    shuffled[:, dense_index[f]] = dense[perm, dense_index[f]]
+                    logits = _scores(model, sparse, shuffled, batch_size)
+                else:
+                    logits = _scores(model, {**sparse, f: sparse[f][perm]}, dense, batch_size)
+                drops[f].append(base - binary_auc(logits, labels))
+    finally:
+        for m, flag in flags:
+            m.training = flag
+    return base, drops
+
+
+def permutation_importance(
+    model: RankingModel,
+    data: EncodedData,
+    repeats: int = 5,
+    seed: int = 0,
+    batch_size: int = 8192,
+    features: list[str] | None = None,
+) -> tuple[dict[str, float], dict[str, float], float]:
+    """Permutation importance of every seam field of a trained ``model`` on ``data``.
+
+    The sparse arch runs once over ``data`` (``model.eval()``, no grad); for each field and
+    repeat the field is permuted over the whole split and only ``model.seam`` +
+    ``model.interact`` run again, in chunks of ``batch_size`` rows. The model's training flags
+    are restored afterwards.
+
+    Args:
+        model: trained ranking model (any backbone, plain or fused kernel).
+        data: the evaluation split (use validation, never test, for selection).
+        repeats: R permutations per field.
+        seed: seed of the permutations (see :func:`field_permutation`).
+        batch_size: rows per chunk.
+        features: fields to score (default: every seam field, :func:`seam_fields`).
+
+    Returns:
+        ``(mean_drop, std_drop, base_auc)``: ``mean_drop[f] = AUC − mean_r AUC_r(f)``,
+        ``std_drop[f]`` its standard deviation over the R repeats (ddof 0), ``base_auc`` the
+        unpermuted AUC. :func:`permutation_drops` gives the per-repeat drops.
+
+    Memory: the cached seam holds N x (Σ D_f + D_dense) floats (60k rows x 300 columns = 72 MB).
+    """
+    base, drops = permutation_drops(model, data, repeats, seed, batch_size, features)
+    mean = {f: float(np.mean(d)) for f, d in drops.items()}
+    std = {f: float(np.std(d)) for f, d in drops.items()}
+    return mean, std, base
+
+
+@dataclass
+class PermutationImportance(ImportanceMethod):
+    """Permutation importance of a model trained once by the recipe, scored on a held-out split.
+
+    Args:
+        repeats: R permutations per field.
+        split: the split scored (``val``; ``test`` is refused, it stays untouched for the
+            final evaluation of the selected model).
+        seed: seed of the permutations (the fit uses the recipe's ``seed_everything``).
+        max_epochs: override the recipe's ``trainer.max_epochs`` (None: the recipe's).
+        batch_size: rows per evaluation chunk.
+        tracking: log the fit to MLflow.
+
+    The report: score = mean AUC drop, uncertainty = its std over the repeats, width = seam
+    width, flag ``within_noise`` when the mean drop is not above two standard errors,
+    ``cost_seconds`` = training + evaluation, extras = ``base_auc``, ``train_seconds``,
+    ``eval_seconds``, ``repeats``, ``drops`` (per-repeat drops per feature), ``split``.
+    """
+
+    name: ClassVar[str] = "permutation"
+    repeats: int = 5
+    split: str = "val"
+    seed: int = 0
+    max_epochs: int | None = None
+    batch_size: int = 8192
+    tracking: bool = True
+
+    def __post_init__(self) -> None:
+        if self.split == "test":
+            raise ValueError(
+                "PermutationImportance.split='test' is refused: select on 'val' and keep test for the final model"
+            )
+        if self.repeats < 1:
+            raise ValueError(f"PermutationImportance.repeats must be >= 1, got {self.repeats}")
+
+    def rank(
+        self, recipe: Recipe, run_name: str = "permutation", parent_run_id: str | None = None
+    ) -> ImportanceReport:
+        fit = recipe.fit(
+            max_epochs=self.max_epochs, run_name=run_name, parent_run_id=parent_run_id, tracking=self.tracking
+        )
+        splits = fit.datamodule.prepared.splits
+        if splits.get(self.split) is None:
+            available = sorted(k for k, v in splits.items() if v is not None)
+            raise ValueError(f"the recipe's data has no {self.split!r} split; available: {available}")
+        return self.rank_model(
+            fit.task.model,
+            splits[self.split],
+            recipe.schema,
+            dataset=recipe.dataset_name,
+            train_seconds=fit.seconds,
+            extras={
+                "test_auc": fit.metrics.get("test_auc"),
+                "best_val_auc": fit.metrics.get("best_val_auc"),
+                "run_id": fit.run_id,
+            },
+        )
+
+    def rank_model(
+        self,
+        model: RankingModel,
+        data: EncodedData,
+        schema: Schema | None = None,
+        dataset: str = "",
+        train_seconds: float = 0.0,
+        extras: dict[str, Any] | None = None,
+    ) -> ImportanceReport:
+        """Rank the seam fields of a trained ``model`` on ``data`` (an encoded held-out split).
+
+        Args:
+            model: the trained model.
+            data: the split to score.
+            schema: schema for widths and kinds (default: the model's).
+            dataset: dataset name for the report.
+            train_seconds: training time to add to ``cost_seconds``.
+            extras: further entries for the report's extras.
+        """
+        schema = schema or model.schema
+        start = time.perf_counter()
+        base, drops = permutation_drops(model, data, repeats=self.repeats, seed=self.seed, batch_size=self.batch_size)
+        mean = {f: float(np.mean(d)) for f, d in drops.items()}
+        std = {f: float(np.std(d)) for f, d in drops.items()}
+        eval_seconds = time.perf_counter() - start
+        widths = feature_widths(schema)
+        flags = {f: ("within_noise",) for f in mean if mean[f] <= 2.0 * std[f] / np.sqrt(self.repeats)}
+        excluded = {f: "not a seam field of the model" for f in schema.names if f not in mean}
+        return ImportanceReport.from_scores(
+            self.name,
+            mean,
+            uncertainty=std,
+            widths={f: widths.get(f, 1) for f in mean},
+            kinds={f.name: f.kind.value for f in schema.features},
+            flags=flags,
+            config=self.describe(),
+            cost_seconds=train_seconds + eval_seconds,
+            dataset=dataset,
+            excluded=excluded,
+            extras={
+                "base_auc": base,
+                "train_seconds": train_seconds,
+                "eval_seconds": eval_seconds,
+                "repeats": self.repeats,
+                "split": self.split,
+                "drops": drops,
+                **(extras or {}),
+            },
+        )
