@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, List
 
 import torch
 from torch import nn
@@ -90,6 +90,9 @@ class ServingModule(nn.Module):
         probs = scripted([v_user, v_genres], [l_user, l_genres], dense)  # B
     """
 
+    # a real type object (not a string) so TorchScript can type an empty list (dense-only model)
+    __annotations__ = {"feature_names": List[str]}  # noqa: RUF012, UP006
+
     def __init__(self, model: RankingModel) -> None:
         super().__init__()
         if model.sparse_arch.is_fused:
@@ -120,11 +123,18 @@ class ServingModule(nn.Module):
                     "feature " + self.feature_names[i] + ": sum(lengths)=" + str(int(lengths[i].sum()))
                     + " != len(values)=" + str(values[i].numel())
                 )
-        kjt = KeyedJaggedTensor(
-            keys=self.feature_names,
-            values=torch.cat(values).to(torch.int64),
-            lengths=torch.cat(lengths).to(torch.int32),
-        )
+        if n == 0:  # a dense-only model
+            kjt = KeyedJaggedTensor(
+                keys=self.feature_names,
+                values=torch.empty(0, dtype=torch.int64, device=dense.device),
+                lengths=torch.empty(0, dtype=torch.int32, device=dense.device),
+            )
+        else:
+            kjt = KeyedJaggedTensor(
+                keys=self.feature_names,
+                values=torch.cat(values).to(torch.int64),
+                lengths=torch.cat(lengths).to(torch.int32),
+            )
         return torch.sigmoid(self.model(dense.to(torch.float32), kjt))
 
 

@@ -195,7 +195,7 @@ class DeepFM(_Projected):
         seam: SeamTransform | None = None,
     ) -> None:
         super().__init__(schema, sparse_arch, seam)
-        width = fm_dim or max(self.embedding_dims)
+        width = fm_dim or max(self.embedding_dims, default=8)
         self.fm_dim = width
         self.projections = _projections(self.embedding_dims, self.sparse_names, width)
         self.first_order = nn.ModuleDict({n: nn.Linear(d, 1, bias=False) for n, d in zip(self.sparse_names, self.embedding_dims)})
@@ -211,9 +211,12 @@ class DeepFM(_Projected):
         for name, linear in self.first_order.items():
             first = first + linear(sparse[name])
         vectors = self.project(sparse)
-        fm_in = torch.stack(vectors, dim=1)  # B x F x D
+        parts: list[torch.Tensor] = []
+        if len(vectors) > 0:
+            parts.append(torch.stack(vectors, dim=1))  # B x F x D
         if self.num_dense > 0:
-            fm_in = torch.cat([fm_in, dense.unsqueeze(-1) * self.dense_vectors.unsqueeze(0)], dim=1)
+            parts.append(dense.unsqueeze(-1) * self.dense_vectors.unsqueeze(0))  # B x D_dense x D
+        fm_in = torch.cat(parts, dim=1)
         square_of_sum = fm_in.sum(dim=1).pow(2)
         sum_of_square = fm_in.pow(2).sum(dim=1)
         second = 0.5 * (square_of_sum - sum_of_square).sum(dim=1, keepdim=True)

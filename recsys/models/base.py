@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, unique
-from typing import Any
+from typing import Any, List
 
 import torch
 from torch import nn
@@ -161,6 +161,28 @@ class SparseArch(nn.Module):
         return sum(p.numel() for p in self.embedding_bag_collection.parameters())
 
 
+class EmptySparseArch(nn.Module):
+    """The sparse arch of a dense-only model (e.g. a selected subset with no sparse feature):
+    no tables, an empty seam dict."""
+
+    __annotations__ = {"feature_names": List[str]}  # noqa: RUF012, UP006 - see RankingModel
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kernel = EmbeddingKernel.PLAIN
+        self.feature_names: list[str] = []
+
+    def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
+        return torch.jit.annotate(dict[str, torch.Tensor], {})
+
+    @property
+    def is_fused(self) -> bool:
+        return False
+
+    def num_parameters(self) -> int:
+        return 0
+
+
 class MLP(nn.Sequential):
     """Linear (-> BatchNorm) -> ReLU (-> Dropout) stack; ``last_activation=False`` leaves the
     last layer linear."""
@@ -200,13 +222,18 @@ class RankingModel(nn.Module):
         logits, B.
     """
 
+    # TorchScript cannot infer the element type of an empty list (a dense-only model); these
+    # annotations are real type objects because `from __future__ import annotations` would
+    # make them strings TorchScript cannot read
+    __annotations__ = {"sparse_names": List[str], "embedding_dims": List[int]}  # noqa: RUF012, UP006
+
     def __init__(self, schema: Schema, sparse_arch: SparseArchConfig | None = None, seam: SeamTransform | None = None) -> None:
         super().__init__()
         self.schema = schema
         self.sparse_names: list[str] = schema.sparse_names
         self.embedding_dims: list[int] = [f.embedding_dim for f in schema.sparse]
         self.num_dense: int = len(schema.dense)
-        self.sparse_arch = SparseArch(schema, sparse_arch)
+        self.sparse_arch: nn.Module = SparseArch(schema, sparse_arch) if schema.sparse else EmptySparseArch()
         self.seam: SeamTransform = IdentitySeam()
         if seam is not None:
             self.set_seam(seam)
