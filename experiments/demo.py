@@ -1,9 +1,13 @@
 """``salience demo``: the main job on the embedded synthetic default.
 
-Generates the synthetic CTR data (planted ground truth), trains DCNv2, evaluates the best
-checkpoint on the test split, exports it to TorchScript, reloads the export in a fresh process
-and checks parity with the eager model, logs everything to one MLflow run, and prints a
-summary with the command that opens the MLflow UI. Later stages extend this demo.
+Stage 1 generates the synthetic CTR data (planted ground truth), trains DCNv2, evaluates the
+best checkpoint on the test split, exports it to TorchScript, reloads the export in a fresh
+process and checks parity with the eager model, all logged to one MLflow run.
+
+Stage 2 (feature selection) ranks the features with OutRank (model-free) and LeAP (one
+training run), scores both rankings against the planted truth, retrains on the top-k LeAP
+features for k = 2, 4, 8 against a random ranking, and writes the reduced config; one parent
+MLflow run with a nested run per retrained model.
 """
 
 from __future__ import annotations
@@ -57,14 +61,93 @@ def run_demo(rows: int = 200_000, epochs: int = 3, output: str = "runs/demo", se
     return summary
 
 
+SELECTION_KS = (2, 4, 8)
+
+
+def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs/demo", seed: int = 0) -> dict[str, Any]:
+    """Rank (OutRank, LeAP), check against the planted truth, draw the selection curve."""
+    import yaml
+
+    from recsys.data.synthetic import GroundTruth
+    from recsys.io import atomic_write_text
+    from recsys.tracking import RunTracker
+    from recsys.train.recipe import Recipe
+    from selection import LeAP, OutRank, selection_curve
+
+    out = Path(output) / "selection"
+    start = time.perf_counter()
+    recipe = Recipe(
+        CONFIG,
+        [f"--data.reader.init_args.n_rows={rows}", f"--data.reader.init_args.seed={seed}", f"--trainer.max_epochs={epochs}"],
+        workdir=out / "fits",
+        quiet=True,
+    )
+    truth = GroundTruth.from_raw(recipe.raw_split("train"))
+    parent = RunTracker(recipe.dataset_name, "demo-selection", tags={"salience.stage": "selection"})
+    recipe.parent_run_id = parent.run_id
+    try:
+        reports = {"outrank": OutRank(progress=False).rank(recipe), "leap": LeAP().rank(recipe)}
+        for report in reports.values():
+            report.to_mlflow(parent)
+            report.save(out / f"{report.method}.json")
+        curve = selection_curve(recipe, reports["leap"], SELECTION_KS, random_seeds=[0], tracker=parent)
+        curve.save(out / "curve.json")
+        curve.plot().savefig(out / "curve.png", dpi=110)
+        k_star = curve.smallest_k or max(SELECTION_KS)
+        reduced = reports["leap"].reduced_config(recipe.config, k_star)
+        atomic_write_text(out / "reduced_config.yaml", yaml.safe_dump(reduced, sort_keys=False))
+        parent.log_artifact(out / "reduced_config.yaml", "selection")
+    except BaseException:
+        parent.finish("FAILED")
+        raise
+    parent.finish()
+    signal = set(truth.signal)
+    return {
+        "rows": rows,
+        "rankings": {name: r.top_k(8) for name, r in reports.items()},
+        "signal_in_top8": {name: len(signal & set(r.top_k(8))) for name, r in reports.items()},
+        "n_signal": len(signal),
+        "roles": {f.name: f.role.value for f in truth.features},
+        "curve": curve.summary(),
+        "curve_points": [(p.k, p.test_auc) for p in curve.points],
+        "k_star": k_star,
+        "output": str(out),
+        "mlflow_run_id": parent.run_id,
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+
+
+def _selection_lines(s: dict[str, Any]) -> list[str]:
+    short = {"informative": "inf", "sparse_informative": "rare", "interaction": "pair", "redundant": "copy",
+             "near_redundant": "near-copy", "noise": "NOISE"}
+    lines = ["", f"Feature selection on {s['rows']:,} rows (planted roles in brackets)"]
+    for name, top in s["rankings"].items():
+        lines.append(f"  {name:<8} top-8: " + ", ".join(f"{f}[{short.get(s['roles'][f], '?')}]" for f in top))
+        lines.append(f"           {s['signal_in_top8'][name]} of 8 carry planted signal ({s['n_signal']} signal features in all)")
+    c = s["curve"]
+    lines += [
+        "  selection curve (LeAP ranking, DCNv2 retrained per k): "
+        + ", ".join(f"k={k}: {auc:.4f}" for k, auc in s["curve_points"])
+        + f"; all {c['n_features']} features: {c['full_test_auc']:.4f}",
+        f"  AUKC {c['aukc']:.4f} vs random ranking {c['random_aukc_mean']:.4f}; smallest k within "
+        f"{c['tolerance']:g} AUC: {c['smallest_k_within_tolerance']}",
+        f"  reduced config     {s['output']}/reduced_config.yaml (top-{s['k_star']})",
+        f"  MLflow run         {s['mlflow_run_id']} (nested runs: one per retrained model)",
+        f"  wall time          {s['seconds']} s",
+    ]
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="salience demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=200_000, help="synthetic rows to generate")
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--output", default="runs/demo", help="folder for checkpoints and the export")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
+    parser.add_argument("--selection-rows", type=int, default=50_000, help="rows of the feature-selection stage (0 skips it)")
     args = parser.parse_args(argv)
     s = run_demo(args.rows, args.epochs, args.output, args.seed)
+    selection = run_selection_stage(args.selection_rows, 2, args.output, args.seed) if args.selection_rows > 0 else None
     from recsys.tracking import tracking_uri
 
     parity = s["parity_max_abs_diff"]
@@ -79,6 +162,10 @@ def main(argv: list[str] | None = None) -> int:
         f"  parity (fresh proc.) max |eager - exported| = {parity:.2e}" if parity is not None else "  parity               not checked",
         f"  MLflow run           {s['mlflow_run_id']}  ({tracking_uri()})",
         f"  wall time            {s['seconds']} s",
+    ]
+    if selection is not None:
+        lines += _selection_lines(selection)
+    lines += [
         "",
         "Open the MLflow UI:   make ui    (serves http://127.0.0.1:5000)",
     ]

@@ -20,7 +20,7 @@ from recsys.data.schema import FeatureKind, Schema
 from recsys.train.recipe import Recipe
 from selection.report import ImportanceReport
 
-__all__ = ["ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names"]
+__all__ = ["ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "screen_leakage"]
 
 _REGISTRY: dict[str, type[ImportanceMethod]] = {}
 
@@ -61,6 +61,19 @@ def get_method(name: str, **options: Any) -> ImportanceMethod:
     if name not in _REGISTRY:
         raise ValueError(f"unknown importance method {name!r}; available: {method_names()}")
     return _REGISTRY[name](**options)
+
+
+def screen_leakage(recipe: Recipe, threshold: float = 0.9) -> dict[str, str]:
+    """Features of the training rows that (nearly) copy the label -> reason.
+
+    OutRank's label-copy check (relevance at least ``threshold`` x the score of a copy of the
+    label). Model-based methods train without these features and list them as excluded, so
+    a leak is flagged instead of silently ranked first.
+    """
+    from selection.outrank import OutRank, Ranking, score_raw
+
+    scores = score_raw(recipe.raw_split("train"), OutRank(ranking=Ranking.RELEVANCE, progress=False), pairs=False)
+    return scores.leakage(threshold)
 
 
 def feature_widths(schema: Schema) -> dict[str, int]:

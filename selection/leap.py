@@ -32,7 +32,7 @@ from torch import nn
 from recsys.data.schema import Schema
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths
+from selection.base import ImportanceMethod, feature_widths, screen_leakage
 from selection.report import ImportanceReport
 
 __all__ = ["LeAP", "LeAPEvalGate", "LeAPRegularizer", "LeAPSeam", "leap_gates"]
@@ -431,6 +431,9 @@ class LeAP(ImportanceMethod):
         threshold: gate value under which a field counts as removed
             (``dimensions_removed_at_threshold``).
         tracking: log the fit to MLflow.
+        leakage_threshold: features of the training rows scoring at least this x a copy of the
+            label (OutRank's check) are left out of the fit and listed as excluded; 0 turns the
+            screen off.
 
     The report: score = final gate s_f (after the last training step), width = seam width,
     ``cost_seconds`` = the fit's wall time, extras = ``gate_trajectory``,
@@ -451,6 +454,7 @@ class LeAP(ImportanceMethod):
     seed: int = 0
     threshold: float = 0.5
     tracking: bool = True
+    leakage_threshold: float = 0.9
 
     def __post_init__(self) -> None:
         self.regularizer = LeAPRegularizer(self.regularizer)
@@ -472,7 +476,9 @@ class LeAP(ImportanceMethod):
 
     def rank(self, recipe: Recipe, run_name: str = "leap", parent_run_id: str | None = None) -> ImportanceReport:
         start = time.perf_counter()
+        leaks = screen_leakage(recipe, self.leakage_threshold) if self.leakage_threshold > 0 else {}
         fit = recipe.fit(
+            features=[n for n in recipe.schema.names if n not in leaks] if leaks else None,
             seam=self.seam_spec(),
             max_epochs=self.max_epochs,
             seed=self.seed,
@@ -491,9 +497,11 @@ class LeAP(ImportanceMethod):
             "run_dir": fit.root_dir,
             "fit_seconds": fit.seconds,
         }
-        return self.report(
+        report = self.report(
             seam, schema, cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, extras=extras
         )
+        report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
+        return report
 
     def report(
         self,

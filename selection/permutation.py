@@ -35,7 +35,7 @@ from recsys.data.schema import Schema
 from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths
+from selection.base import ImportanceMethod, feature_widths, screen_leakage
 from selection.report import ImportanceReport
 
 __all__ = [
@@ -272,6 +272,9 @@ class PermutationImportance(ImportanceMethod):
         max_epochs: override the recipe's ``trainer.max_epochs`` (None: the recipe's).
         batch_size: rows per evaluation chunk.
         tracking: log the fit to MLflow.
+        leakage_threshold: features of the training rows scoring at least this x a copy of the
+            label (OutRank's check) are left out of the fit and listed as excluded; 0 turns the
+            screen off.
 
     The report: score = mean AUC drop, uncertainty = its std over the repeats, width = seam
     width, flag ``within_noise`` when the mean drop is not above two standard errors,
@@ -286,6 +289,7 @@ class PermutationImportance(ImportanceMethod):
     max_epochs: int | None = None
     batch_size: int = 8192
     tracking: bool = True
+    leakage_threshold: float = 0.9
 
     def __post_init__(self) -> None:
         if self.split == "test":
@@ -298,14 +302,19 @@ class PermutationImportance(ImportanceMethod):
     def rank(
         self, recipe: Recipe, run_name: str = "permutation", parent_run_id: str | None = None
     ) -> ImportanceReport:
+        leaks = screen_leakage(recipe, self.leakage_threshold) if self.leakage_threshold > 0 else {}
         fit = recipe.fit(
-            max_epochs=self.max_epochs, run_name=run_name, parent_run_id=parent_run_id, tracking=self.tracking
+            features=[n for n in recipe.schema.names if n not in leaks] if leaks else None,
+            max_epochs=self.max_epochs,
+            run_name=run_name,
+            parent_run_id=parent_run_id,
+            tracking=self.tracking,
         )
         splits = fit.datamodule.prepared.splits
         if splits.get(self.split) is None:
             available = sorted(k for k, v in splits.items() if v is not None)
             raise ValueError(f"the recipe's data has no {self.split!r} split; available: {available}")
-        return self.rank_model(
+        report = self.rank_model(
             fit.task.model,
             splits[self.split],
             recipe.schema,
@@ -317,6 +326,8 @@ class PermutationImportance(ImportanceMethod):
                 "run_id": fit.run_id,
             },
         )
+        report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
+        return report
 
     def rank_model(
         self,
@@ -359,6 +370,7 @@ class PermutationImportance(ImportanceMethod):
             excluded=excluded,
             extras={
                 "base_auc": base,
+                "rows": len(data),
                 "train_seconds": train_seconds,
                 "eval_seconds": eval_seconds,
                 "repeats": self.repeats,

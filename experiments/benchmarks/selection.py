@@ -347,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     from experiments.benchmarks.quality import _hardware, _versions
 
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    args.output_dir = args.output_dir.resolve()
     rows, epochs, seeds = (20_000, 1, 1) if args.quick else (args.rows, args.epochs, args.random_seeds)
     start = time.perf_counter()
     result: dict[str, Any] = {
@@ -364,16 +365,26 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         import os
 
-        os.environ.setdefault("MLFLOW_TRACKING_URI", f"sqlite:///{work / 'mlflow.db'}")
-        if "synthetic" in parts:
-            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick)
-        if "curves" in parts:
-            result["curves"] = {}
-            for dataset in CURVE_SETTINGS:
-                result["curves"][dataset], curves = run_curves(dataset, work, args.quick, seeds)
-                plot_curves(dataset, curves, args.output_dir / f"{name}_{dataset}.png")
-        if "cost" in parts:
-            result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
+        # MLflow (database and ./mlruns artifacts) and run folders stay in the temporary folder
+        previous_cwd, previous_uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
+        os.chdir(work)
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
+        try:
+            if "synthetic" in parts:
+                result["synthetic"] = run_synthetic(rows, epochs, work, args.quick)
+            if "curves" in parts:
+                result["curves"] = {}
+                for dataset in CURVE_SETTINGS:
+                    result["curves"][dataset], curves = run_curves(dataset, work, args.quick, seeds)
+                    plot_curves(dataset, curves, args.output_dir / f"{name}_{dataset}.png")
+            if "cost" in parts:
+                result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
+        finally:
+            os.chdir(previous_cwd)
+            if previous_uri is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = previous_uri
     result["seconds"] = round(time.perf_counter() - start, 1)
     from recsys.io import atomic_write_json, atomic_write_text
 

@@ -104,7 +104,8 @@ class Recipe:
         if self._datamodule is None:
             from recsys.train.cli import SalienceCLI
 
-            cli = SalienceCLI(args=["--config", str(self.config_path), *self.overrides], run=False)
+            with _quiet_lightning(self.quiet):
+                cli = SalienceCLI(args=["--config", str(self.config_path), *self.overrides], run=False)
             self._datamodule = cli.datamodule
         return self._datamodule
 

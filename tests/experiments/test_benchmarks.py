@@ -59,3 +59,25 @@ def test_train_throughput_reads_the_real_criteo_head(
     out = train_throughput.bench_pipeline(train_throughput.REAL_CRITEO, cfg.real_rows, cfg)
     assert out["rows"] == cfg.real_rows
     assert all(out["rows_per_s"][k]["median"] > 0 for k in ("read", "fit", "transform", "batches", "end_to_end"))
+
+
+def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
+    """The selection benchmark runs end to end at tiny size (numbers meaningless)."""
+    from experiments.benchmarks import selection as bench
+    from tests.conftest import require_dataset
+
+    require_dataset(data_dir, "frappe")
+    require_dataset(data_dir, "criteo-kaggle-head10k")
+    assert bench.main(["--quick", "--output-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "selection_quick.json").read_text())
+    assert result["quick"] and set(result["synthetic"]["methods"]) >= {"outrank", "permutation", "leap"}
+    for m in result["synthetic"]["methods"].values():
+        assert 0.0 <= m["precision_at_10"] <= 1.0 and len(m["top10"]) == 10
+    for dataset in ("frappe", "criteo"):
+        methods = result["curves"][dataset]["methods"]
+        assert set(methods) == {"outrank", "permutation", "leap"}
+        assert all(len(m["curve"]) == len(result["curves"][dataset]["ks"]) for m in methods.values())
+        assert (tmp_path / f"selection_quick_{dataset}.png").exists()
+    cost = result["cost"]
+    assert cost["leap_seconds"] > 0 and cost["permutation_val"]["total_seconds"] > 0
+    assert "| plain training run |" in (tmp_path / "selection_quick.md").read_text()

@@ -34,6 +34,7 @@ def reports(recipe: Recipe) -> dict[str, tuple[ImportanceReport, ImportanceRepor
     """Each method run twice with the same seed (MLflow in a throw-away database)."""
     out = {}
     with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(recipe.workdir)  # MLflow's artifact root (./mlruns) lands there too
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{recipe.workdir}/mlflow.db")
         for name in METHODS:
             out[name] = (get_method(name, seed=0).rank(recipe), get_method(name, seed=0).rank(recipe))

@@ -1,0 +1,18 @@
+"""The demo's feature-selection stage runs end to end (tiny size) and writes what it prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments.demo import SELECTION_KS, _selection_lines, run_selection_stage
+
+
+def test_selection_stage(tmp_cwd: Path) -> None:
+    s = run_selection_stage(rows=8000, epochs=1, output=str(tmp_cwd / "demo"))
+    out = Path(s["output"])
+    for name in ("outrank.json", "leap.json", "curve.json", "curve.png", "reduced_config.yaml"):
+        assert (out / name).exists(), name
+    assert set(s["rankings"]) == {"outrank", "leap"} and all(len(v) == 8 for v in s["rankings"].values())
+    assert [k for k, _ in s["curve_points"]] == list(SELECTION_KS)
+    text = "\n".join(_selection_lines(s))
+    assert "AUKC" in text and "reduced_config.yaml" in text
