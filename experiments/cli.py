@@ -109,6 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         logger.setLevel(logging.INFO)
         if not logger.handlers:
             logger.addHandler(handler)
+        logger.propagate = False  # one line per message, even when a library configured the root logger
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0

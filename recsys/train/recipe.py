@@ -104,7 +104,7 @@ class Recipe:
         if self._datamodule is None:
             from recsys.train.cli import SalienceCLI
 
-            with _quiet_lightning(self.quiet):
+            with _quiet_lightning(self.quiet), _own_argv():
                 cli = SalienceCLI(args=["--config", str(self.config_path), *self.overrides], run=False)
             self._datamodule = cli.datamodule
         return self._datamodule
@@ -193,7 +193,7 @@ class Recipe:
             args += ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--after_fit.verbose=false"]
         args += list(extra_args)
         start = time.perf_counter()
-        with _quiet_lightning(self.quiet):
+        with _quiet_lightning(self.quiet), _own_argv():
             cli = SalienceCLI(args=args)
         seconds = time.perf_counter() - start
         metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
@@ -209,6 +209,20 @@ class Recipe:
             run_id=tracker.run_id if tracker is not None else None,
             root_dir=str(root),
         )
+
+
+@contextmanager
+def _own_argv() -> Iterator[None]:
+    """LightningCLI warns when it gets ``args`` while ``sys.argv`` holds another command's
+    arguments (``salience select ...``): hide them while a recipe builds its CLI."""
+    import sys
+
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        yield
+    finally:
+        sys.argv = saved
 
 
 @contextmanager
