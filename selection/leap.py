@@ -137,12 +137,22 @@ class LeAPSeam(SeamTransform):
     1e-3–3e-3; tune it per backbone so that the planted noise gates end near 0 on a
     synthetic run.
 
+    Why the gates start at s ≈ 0.98 (``init_logit=4``), not 0.9 (the table above used 2.2).
+    A field whose signal lies in an interaction the backbone has not learned yet (Frappe's
+    ``user``: useful only together with ``item``) gets little task gradient early on, so a
+    gate that starts half-noised closes before the interaction is learned. Measured with the
+    selection benchmark's Frappe recipe (DCNv2, 4 epochs, batch 2048): at s₀ ≈ 0.9 ``user``
+    ends at 0.08 (rank 8 of 10); at s₀ ≈ 0.98 at 0.89 (rank 2, after ``item``), with the
+    context fields still polarised to 0.04–0.27. On Criteo head-10k the AUKC of the LeAP
+    ranking went from 0.7234 to 0.7266 (the all-fields model: 0.734), on the 40-field synthetic
+    layout the precision@10 stayed at 0.9.
+
     Args:
         penalty: λ, the one important knob.
         regularizer: ``gradient_normalization`` (b) or ``penalty_scaling`` (a).
         learning_rate: learning rate of the gate logits (the training module gives the seam
             its own optimizer group, without weight decay).
-        init_logit: θ at the start; the default 2.2 gives s ≈ 0.9 (most signal passing).
+        init_logit: θ at the start; the default 4.0 gives s ≈ 0.98 (almost all signal passing).
         temperature: τ.
         alpha: width exponent α of the normalisation (b), 0.5 or 1.
         ema: decay of the |task gradient| average (a).
@@ -163,7 +173,7 @@ class LeAPSeam(SeamTransform):
         penalty: float = 0.001,
         regularizer: LeAPRegularizer | str = LeAPRegularizer.GRADIENT_NORMALIZATION,
         learning_rate: float = 0.05,
-        init_logit: float = 2.2,
+        init_logit: float = 4.0,
         temperature: float = 1.0,
         alpha: float = 0.5,
         ema: float = 0.9,
@@ -423,7 +433,7 @@ class LeAP(ImportanceMethod):
         penalty: λ.
         regularizer: ``gradient_normalization`` or ``penalty_scaling``.
         learning_rate: gate learning rate.
-        init_logit: initial gate logit (2.2: s ≈ 0.9).
+        init_logit: initial gate logit (4.0: s ≈ 0.98).
         temperature: τ.
         alpha: width exponent of the gradient normalisation.
         max_epochs: override the recipe's ``trainer.max_epochs`` (None: the recipe's).
@@ -447,7 +457,7 @@ class LeAP(ImportanceMethod):
     penalty: float = 0.001
     regularizer: LeAPRegularizer = LeAPRegularizer.GRADIENT_NORMALIZATION
     learning_rate: float = 0.05
-    init_logit: float = 2.2
+    init_logit: float = 4.0
     temperature: float = 1.0
     alpha: float = 0.5
     max_epochs: int | None = None
