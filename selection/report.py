@@ -247,16 +247,52 @@ class ImportanceReport:
         fig.tight_layout()
         return fig
 
+    def plot_redundancy(self, ax: Any = None) -> Figure:
+        """Heatmap of the feature-feature redundancy matrix in ``extras["redundancy"]``
+        (OutRank), rows and columns in ranking order."""
+        import matplotlib
+
+        matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        red = self.extras.get("redundancy")
+        if not red or not red.get("features"):
+            raise ValueError(f"{self.method} report has no redundancy matrix (extras['redundancy'])")
+        names = list(red["features"])
+        matrix = np.asarray([[np.nan if v is None else v for v in row] for row in red["matrix"]], dtype=float)
+        order = [names.index(n) for n in self.ranking if n in names]
+        matrix = matrix[np.ix_(order, order)]
+        labels = [names[i] for i in order]
+        if ax is None:
+            side = 0.25 * len(labels) + 2.5
+            fig, ax = plt.subplots(figsize=(side + 1, side))
+        else:
+            fig = ax.figure
+        image = ax.imshow(matrix, cmap="viridis")
+        ax.set_xticks(range(len(labels)), labels, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(labels)), labels, fontsize=7)
+        ax.set_title(f"{self.method}: feature-feature redundancy", fontsize=10)
+        fig.colorbar(image, ax=ax, shrink=0.8)
+        fig.tight_layout()
+        return fig
+
     def to_mlflow(self, tracker: RunTracker, prefix: str | None = None) -> None:
-        """Log the table (CSV), the bar chart (PNG) and the report (JSON) to ``tracker``'s run."""
+        """Log the table (CSV and an MLflow table), the bar chart (PNG), the redundancy heatmap
+        where there is one, and the report (JSON) to ``tracker``'s run."""
         import matplotlib.pyplot as plt
 
         prefix = prefix or f"importance/{self.method}"
-        tracker.log_text(self.to_frame().to_csv(index=False), f"{prefix}/ranking.csv")
+        frame = self.to_frame()
+        tracker.log_text(frame.to_csv(index=False), f"{prefix}/ranking.csv")
+        tracker.client.log_table(tracker.run_id, data=frame, artifact_file=f"{prefix}/ranking_table.json")
         tracker.log_dict(self.to_dict(), f"{prefix}/report.json")
         fig = self.plot()
         tracker.log_figure(fig, f"{prefix}/ranking.png")
         plt.close(fig)
+        if self.extras.get("redundancy", {}).get("features"):
+            fig = self.plot_redundancy()
+            tracker.log_figure(fig, f"{prefix}/redundancy.png")
+            plt.close(fig)
         tracker.log_metrics({f"{self.method}.cost_seconds": self.cost_seconds, f"{self.method}.features_ranked": len(self)})
 
     # -- files ---------------------------------------------------------------------------------

@@ -103,6 +103,11 @@ def test_plot_and_format() -> None:
     r = _report()
     fig = r.plot()
     assert len(fig.axes[0].patches) == 4
+    with pytest.raises(ValueError, match="no redundancy matrix"):
+        r.plot_redundancy()
+    r.extras["redundancy"] = {"features": ["user", "item"], "matrix": [[1.0, 0.2], [0.2, None]]}
+    heat = r.plot_redundancy()
+    assert [t.get_text() for t in heat.axes[0].get_yticklabels()] == ["item", "user"]  # ranking order
     text = r.format()
     assert "item" in text.splitlines()[2] and "excluded: leakage" in text
 
@@ -117,7 +122,8 @@ def test_to_mlflow_logs_table_plot_and_json(tmp_cwd: Path) -> None:
     tracker.finish()
     client = MlflowClient(tracker.uri)
     names = {a.path for a in client.list_artifacts(tracker.run_id, "importance/toy")}
-    assert names == {"importance/toy/ranking.csv", "importance/toy/ranking.png", "importance/toy/report.json"}
+    assert names == {"importance/toy/ranking.csv", "importance/toy/ranking_table.json", "importance/toy/ranking.png",
+                     "importance/toy/report.json"}
     assert client.get_run(tracker.run_id).data.metrics["toy.features_ranked"] == 4
 
 
