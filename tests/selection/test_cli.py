@@ -99,3 +99,14 @@ def test_quality_on_a_csv_file(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]
     assert "leak" in text and "constant" in text and "missing" in text
     with pytest.raises(SystemExit):
         main(["quality"])  # neither files nor --config
+
+
+def test_select_reuses_a_saved_report(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cfg = str(_config(tmp_cwd))
+    assert main(["rank", "--config", cfg, "--method", "outrank", "--output", "r.json", "--no-tracking"]) == 0
+    ranking = ImportanceReport.load(tmp_cwd / "r.json").ranking
+    assert main(["select", "--config", cfg, "--method", "outrank", "--report", "r.json", "--k", "1,2",
+                 "--random-seeds", "0", "--output", "sel", "--no-tracking"]) == 0
+    curve = json.loads((tmp_cwd / "sel" / "curve.json").read_text())
+    assert curve["ranking"] == ranking and curve["random"] == {}
+    assert [p["features"] for p in curve["points"]] == [ranking[:1], ranking[:2]]
