@@ -1,1 +1,35 @@
-"""Embedding dimension search: mixed-dim tables, DNIS, iHAS (filled by later work)."""
+"""Embedding dimension search: mixed-dimension plans, their baselines, and (later) DNIS and iHAS.
+
+* :class:`DimensionPlan`: per-feature, per-(feature, frequency block) or per-cluster embedding
+  dims, aligned to multiples of 4; counts embedding parameters exactly, applies to a schema,
+  saves/loads as JSON or YAML and logs to MLflow;
+* baselines: :func:`uniform_plan` and the Mixed-Dimension-Embeddings power rule
+  :func:`mde_plan` under a parameter budget (:func:`budget_of` for "half of uniform-16").
+"""
+
+from embeddings.baselines import budget_of, mde_dims, mde_plan, uniform_plan
+from embeddings.plan import (
+    ALIGNMENT,
+    DimensionAlignmentWarning,
+    DimensionPlan,
+    DimensionPlanError,
+    FrequencyBlock,
+    align_dim,
+    check_budget,
+    min_budget,
+)
+
+__all__ = [
+    "ALIGNMENT",
+    "DimensionAlignmentWarning",
+    "DimensionPlan",
+    "DimensionPlanError",
+    "FrequencyBlock",
+    "align_dim",
+    "budget_of",
+    "check_budget",
+    "mde_dims",
+    "mde_plan",
+    "min_budget",
+    "uniform_plan",
+]

@@ -26,6 +26,9 @@ class CTRDataModule(pl.LightningDataModule):
         features: keep only these features.
         drop_features: drop these features.
         embedding_dim: override every sparse feature's embedding dim.
+        embedding_dims: per-feature embedding dims (e.g. a ``DimensionPlan``'s dims), applied
+            over the prepared schema after ``embedding_dim``; the encoded-data cache does not
+            depend on them, so a sweep over dims encodes the data once.
         cache_dir: encoded-data cache folder (``null`` disables the cache).
         shuffle_seed: seed of the per-epoch training shuffle.
     """
@@ -39,6 +42,7 @@ class CTRDataModule(pl.LightningDataModule):
         features: list[str] | None = None,
         drop_features: list[str] | None = None,
         embedding_dim: int | None = None,
+        embedding_dims: dict[str, int] | None = None,
         cache_dir: str | None = ".cache/salience",
         shuffle_seed: int = 0,
     ) -> None:
@@ -50,6 +54,7 @@ class CTRDataModule(pl.LightningDataModule):
         self.features = features
         self.drop_features = drop_features
         self.embedding_dim = embedding_dim
+        self.embedding_dims = embedding_dims
         self.cache_dir = cache_dir
         self.shuffle_seed = shuffle_seed
         self._prepared: PreparedData | None = None
@@ -65,8 +70,12 @@ class CTRDataModule(pl.LightningDataModule):
 
     @property
     def schema_dict(self) -> dict[str, Any]:
-        """The fitted schema as a dict (linked to the model's ``schema`` argument by the CLI)."""
-        return self.prepared.schema.to_dict()
+        """The fitted schema as a dict (linked to the model's ``schema`` argument by the CLI),
+        with ``embedding_dims`` applied."""
+        schema = self.prepared.schema
+        if self.embedding_dims:
+            schema = schema.with_dims(self.embedding_dims)
+        return schema.to_dict()
 
     @property
     def preprocessor(self) -> Preprocessor:
