@@ -11,56 +11,41 @@ from __future__ import annotations
 
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 from recsys.data.schema import FeatureKind, Schema
+from recsys.registry import Registered
 from recsys.train.recipe import Recipe
 from selection.report import ImportanceReport
 
 __all__ = ["ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "screen_leakage"]
 
-_REGISTRY: dict[str, type[ImportanceMethod]] = {}
-
-
-class ImportanceMethod(ABC):
+class ImportanceMethod(Registered, ABC):
     """Ranks the features of a recipe.
 
     Subclasses set ``name`` (registered for the CLI) and implement :meth:`rank`; a dataclass
     subclass gets :meth:`describe` for free.
     """
 
-    name: ClassVar[str]
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if isinstance(name, str):
-            _REGISTRY[name] = cls
+    kind: ClassVar[str] = "importance method"
+    _registry: ClassVar[dict[str, type[Registered]]] = {}
 
     @abstractmethod
     def rank(self, recipe: Recipe) -> ImportanceReport:
         """Rank every feature of ``recipe`` (most important first)."""
 
-    def describe(self) -> dict[str, Any]:
-        """The method's settings (stored in the report's ``config``)."""
-        if is_dataclass(self):
-            return {k: (v.value if hasattr(v, "value") else v) for k, v in asdict(self).items()}
-        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
-
 
 def method_names() -> list[str]:
     """Registered method names (import :mod:`selection` to register the built-in ones)."""
-    return sorted(_REGISTRY)
+    return ImportanceMethod.registered_names()
 
 
 def get_method(name: str, **options: Any) -> ImportanceMethod:
     """Instantiate a registered method by name; unknown names list the known ones."""
-    if name not in _REGISTRY:
-        raise ValueError(f"unknown importance method {name!r}; available: {method_names()}")
-    return _REGISTRY[name](**options)
+    return ImportanceMethod.create(name, **options)
 
 
 def screen_leakage(recipe: Recipe, threshold: float = 0.9) -> dict[str, str]:
