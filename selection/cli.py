@@ -78,8 +78,9 @@ def rank_main(argv: Sequence[str]) -> int:
     _method_args(parser)
     parser.add_argument("--output", default=None, help="report JSON (default: runs/rank/<dataset>-<method>.json)")
     parser.add_argument("--top", type=int, default=None, help="print only the top N rows")
-    args, overrides = parser.parse_known_args(_split_passthrough(argv)[0])
-    overrides += _split_passthrough(argv)[1]
+    own, passthrough = _split_passthrough(argv)
+    args, overrides = parser.parse_known_args(own)
+    overrides += passthrough
     method, recipe = _build(args, overrides, Path("runs") / "rank" / "fits")
     tracker = _tracker(recipe, f"rank-{args.method}", not args.no_tracking)
     recipe.parent_run_id = tracker.run_id if tracker is not None else None
@@ -181,8 +182,9 @@ def quality_main(argv: Sequence[str]) -> int:
     parser.add_argument("--label", default="label", help="label column of CSV/TSV/Parquet files")
     parser.add_argument("--schema", default=None, help="schema file of CSV/TSV/Parquet files (default: every column categorical)")
     parser.add_argument("--output", default=None, help="also write the report as JSON here")
-    args, overrides = parser.parse_known_args(_split_passthrough(argv)[0])
-    overrides += _split_passthrough(argv)[1]
+    own, passthrough = _split_passthrough(argv)
+    args, overrides = parser.parse_known_args(own)
+    overrides += passthrough
     if not args.data and not args.config:
         parser.error("give data files or --config")
 
