@@ -29,7 +29,7 @@ import numpy as np
 from recsys.io import atomic_write_text
 from recsys.train.recipe import Recipe
 from selection.base import RandomRanking
-from selection.report import ImportanceReport
+from selection.report import ImportanceReport, _plain
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -235,20 +235,24 @@ class SelectionCurve:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SelectionCurve:
+        def point(p: dict[str, Any]) -> CurvePoint:  # strict JSON stores NaN as null
+            nan = float("nan")
+            return CurvePoint(**{k: (nan if v is None and k not in ("run_id",) else v) for k, v in p.items()})
+
         return cls(
             method=data["method"],
             dataset=data["dataset"],
             ks=list(data["ks"]),
-            points=[CurvePoint(**p) for p in data["points"]],
-            full=CurvePoint(**data["full"]),
-            random={int(s): [CurvePoint(**p) for p in pts] for s, pts in data.get("random", {}).items()},
+            points=[point(p) for p in data["points"]],
+            full=point(data["full"]),
+            random={int(s): [point(p) for p in pts] for s, pts in data.get("random", {}).items()},
             tolerance=float(data.get("tolerance", 0.001)),
             ranking=list(data.get("ranking", [])),
         )
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, default=_nan_safe))
+        atomic_write_text(path, json.dumps(_plain(self.to_dict()), indent=2, allow_nan=False))
         return path
 
     @classmethod
@@ -265,12 +269,6 @@ class SelectionCurve:
         fig = self.plot()
         tracker.log_figure(fig, "selection/curve.png")
         plt.close(fig)
-
-
-def _nan_safe(obj: Any) -> Any:
-    if isinstance(obj, np.generic):
-        return obj.item()
-    raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
 
 def selection_curve(

@@ -43,6 +43,8 @@ def test_curve_summary_plot_and_round_trip(tmp_path: Path) -> None:
     assert len(fig.axes[0].lines) >= 3
     back = SelectionCurve.load(c.save(tmp_path / "c.json"))
     assert back.summary() == s
+    c.points[0].best_val_auc = float("nan")  # strict JSON: NaN stored as null, read back as NaN
+    assert np.isnan(SelectionCurve.load(c.save(tmp_path / "n.json")).points[0].best_val_auc)
     assert "| 2 | 0.7000 |" in c.to_markdown()
 
 
