@@ -123,18 +123,12 @@ class ServingModule(nn.Module):
                     "feature " + self.feature_names[i] + ": sum(lengths)=" + str(int(lengths[i].sum()))
                     + " != len(values)=" + str(values[i].numel())
                 )
-        if n == 0:  # a dense-only model
-            kjt = KeyedJaggedTensor(
-                keys=self.feature_names,
-                values=torch.empty(0, dtype=torch.int64, device=dense.device),
-                lengths=torch.empty(0, dtype=torch.int32, device=dense.device),
-            )
-        else:
-            kjt = KeyedJaggedTensor(
-                keys=self.feature_names,
-                values=torch.cat(values).to(torch.int64),
-                lengths=torch.cat(lengths).to(torch.int32),
-            )
+        if n > 0:
+            flat_values, flat_lengths = torch.cat(values).to(torch.int64), torch.cat(lengths).to(torch.int32)
+        else:  # a dense-only model
+            flat_values = torch.empty(0, dtype=torch.int64, device=dense.device)
+            flat_lengths = torch.empty(0, dtype=torch.int32, device=dense.device)
+        kjt = KeyedJaggedTensor(keys=self.feature_names, values=flat_values, lengths=flat_lengths)
         return torch.sigmoid(self.model(dense.to(torch.float32), kjt))
 
 
