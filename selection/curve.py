@@ -280,6 +280,7 @@ def selection_curve(
     tolerance: float = 0.001,
     cache: FitCache | None = None,
     tracker: RunTracker | None = None,
+    progress: bool = True,
 ) -> SelectionCurve:
     """Retrain ``recipe``'s backbone on the top-k features of ``report`` for every k.
 
@@ -291,6 +292,7 @@ def selection_curve(
         tolerance: AUC tolerance for :attr:`SelectionCurve.smallest_k`.
         cache: fit memo shared between curves on the same recipe.
         tracker: parent MLflow run; every fit becomes a nested child run (None: no tracking).
+        progress: show a progress bar over the fits (memoised ones pass instantly).
 
     Returns:
         the curve (with the all-features model as reference).
@@ -300,12 +302,20 @@ def selection_curve(
     parent = tracker.run_id if tracker is not None else None
     tracking = tracker is not None
     schema_names = [n for n in recipe.schema.names if n in set(report.ranking)]
-    full = cache.get(recipe, schema_names, "all-features", parent, tracking)
-    points = [cache.get(recipe, report.top_k(k), f"{report.method}-top{k}", parent, tracking) for k in ks]
-    random: dict[int, list[CurvePoint]] = {}
+    # every (label, features) fit of the curve, then one progress bar over them
+    jobs: list[tuple[str, str, int, list[str]]] = [("full", "all-features", len(schema_names), schema_names)]
+    jobs += [("ranked", f"{report.method}-top{k}", k, report.top_k(k)) for k in ks]
     for seed in random_seeds:
         order = RandomRanking(seed=seed).rank_schema(recipe.schema.select(report.ranking))
-        random[int(seed)] = [cache.get(recipe, order.top_k(k), f"random{seed}-top{k}", parent, tracking) for k in ks]
+        jobs += [(f"random{seed}", f"random{seed}-top{k}", k, order.top_k(k)) for k in ks]
+    from tqdm.auto import tqdm
+
+    done: dict[str, list[CurvePoint]] = {}
+    for group, run_name, _, features in tqdm(jobs, desc=f"selection curve ({report.method})", unit="fit", disable=not progress):
+        done.setdefault(group, []).append(cache.get(recipe, features, run_name, parent, tracking))
+    full = done["full"][0]
+    points = done.get("ranked", [])
+    random = {int(seed): done[f"random{seed}"] for seed in random_seeds if f"random{seed}" in done}
     curve = SelectionCurve(report.method, report.dataset or recipe.dataset_name, ks, points, full, random, tolerance,
                            report.ranking)
     if tracker is not None:
