@@ -1,13 +1,17 @@
-"""Embedding dimension search: mixed-dimension plans, their baselines, and (later) DNIS and iHAS.
+"""Embedding dimension search: mixed-dimension plans, their baselines, DNIS (iHAS to come).
 
 * :class:`DimensionPlan`: per-feature, per-(feature, frequency block) or per-cluster embedding
   dims, aligned to multiples of 4; counts embedding parameters exactly, applies to a schema,
   saves/loads as JSON or YAML and logs to MLflow;
 * baselines: :func:`uniform_plan` and the Mixed-Dimension-Embeddings power rule
-  :func:`mde_plan` under a parameter budget (:func:`budget_of` for "half of uniform-16").
+  :func:`mde_plan` under a parameter budget (:func:`budget_of` for "half of uniform-16");
+* :class:`DNIS`: differentiable search of soft masks over (frequency block x dimension) at
+  the embedding tables, bi-level (weights on training, masks on validation batches).
 """
 
+from embeddings.base import DimensionSearch, get_search, search_names
 from embeddings.baselines import budget_of, mde_dims, mde_plan, uniform_plan
+from embeddings.dnis import DNIS
 from embeddings.plan import (
     ALIGNMENT,
     DimensionAlignmentWarning,
@@ -21,11 +25,15 @@ from embeddings.plan import (
 
 __all__ = [
     "ALIGNMENT",
+    "DNIS",
+    "DimensionSearch",
     "DimensionAlignmentWarning",
     "DimensionPlan",
     "DimensionPlanError",
     "FrequencyBlock",
     "align_dim",
+    "get_search",
+    "search_names",
     "budget_of",
     "check_budget",
     "mde_dims",

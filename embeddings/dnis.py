@@ -1,0 +1,511 @@
+"""DNIS: Differentiable Neural Input Search (Cheng et al.; methods.md section 3).
+
+A soft selection mask ``alpha_f in [0, 1]^{n_b x K}`` per sparse feature scales every
+(frequency block, dimension) cell of the feature's table; a bi-level search trains the tables
+on training batches and the masks on validation batches; thresholding the masks gives
+per-(feature, block) dims.
+
+Search space (3.1). Vocabularies are ordered by descending frequency with the OOV id at row 0
+(:mod:`recsys.data.encoders`), so a frequency block is a contiguous id range. ``blocks`` gives
+the cut as fractions of the table (each block ``floor(fraction x N)`` rows, the last absorbing
+the remainder; the DNIS MovieLens scripts use ``[0.1, 0.2, 0.2, 0.2, 0.3]``) or, when the
+first entry exceeds 1, as absolute sizes (a trailing 0 = the rest, as the Criteo script's
+frequency decades). Blocks that come out empty on a small table are dropped, so a 3-row table
+has one block; a hashed feature (ids not frequency-ordered) always has one block;
+``blocks=(1.0,)`` is the feature-level search. The mask is applied to the table *weight* with
+``torch.nn.utils.parametrize``::
+
+    E_masked = E * alpha[block_of_row]          # N x K, what the EmbeddingBag looks up
+
+so single- and multi-hot (sum- or mean-pooled) bags look up masked rows, the sparse arch stays
+a plain torchrec ``EmbeddingBagCollection`` and gradients reach both ``E`` and ``alpha``. The
+FBGEMM-fused kernel keeps its tables inside the kernel and is refused; the search always
+builds its own plain-kernel model whatever the recipe's ``model.embedding_kernel``.
+
+Optimisation (3.2, first-order DARTS, the reference's run-script values as defaults):
+
+1. warm start: ``warm_start_epochs`` of ordinary training (Adam at the recipe's
+   ``model.learning_rate``, every parameter) with alpha fixed at 1;
+2. per training batch: a *weight step* (fresh Adam, ``lr_w``) on the embedding tables only:
+   the tower keeps its warm-start weights (``freeze_tower=True`` replicates the reference;
+   methods.md 9.4), then an *alpha step* on the next validation batch: loss = BCE +
+   ``l1 x sum|alpha|``, the alpha gradient divided by its mean absolute value per block row
+   (+1e-8), plain SGD at ``lr_a``, alpha clamped to [0, 1].
+
+Deviations, stated: an epoch is one pass over the *training* split with validation batches
+cycled (the reference zips the loaders and stops at the shorter); the epoch counts are fixed
+(no ReduceLROnPlateau stopping, no best-checkpoint reload).
+
+Deriving dims (3.3): one global threshold ``t``; block ``b`` of feature ``f`` keeps
+``d_fb = #{k : alpha_fbk >= t}`` dimensions, rounded *up* to a multiple of 4 (at least 4, at
+most the search width). With a budget, ``t`` is the *smallest* threshold whose plan fits (the
+most parameters within the budget); without one, the largest threshold of the sweep whose
+hard-masked validation AUC is within ``auc_tolerance`` of the searched model's, or
+``threshold`` when no tolerance is set. The sweep evaluates, at each threshold, the search
+model with hard masks (each block row keeps its top-``d_fb`` alpha values, the rest zeroed),
+without retraining.
+
+::
+
+    search = DNIS(warm_start_epochs=2, search_epochs=3)
+    plan = search.search(recipe, budget=budget_of(recipe.schema, 16) // 2)
+    plan.blocks["item"]                  # (FrequencyBlock(0, 120, 16), FrequencyBlock(120, None, 4))
+    plan.extras["sweep"]                 # [{threshold, parameters, val_auc}, ...]
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+from torch.nn.utils import parametrize
+
+from embeddings.base import DimensionSearch
+from embeddings.plan import ALIGNMENT, DimensionPlan, DimensionPlanError, FrequencyBlock, align_dim, check_budget
+
+if TYPE_CHECKING:
+    from recsys.data.encoders import EncodedData
+    from recsys.data.schema import Schema
+    from recsys.models.base import RankingModel
+    from recsys.train.recipe import Recipe
+
+__all__ = [
+    "DNIS",
+    "BlockMask",
+    "block_bounds",
+    "derive_dims",
+    "hard_alpha",
+    "mask_tables",
+    "normalize_alpha_grads",
+    "plan_parameters",
+]
+
+#: added to the mean absolute gradient of a block row before dividing by it (reference value)
+GRAD_EPS = 1e-8
+
+
+def block_bounds(num_embeddings: int, spec: Sequence[float]) -> list[tuple[int, int]]:
+    """Contiguous id ranges ``[(start, stop), ...]`` covering ``num_embeddings`` rows.
+
+    Args:
+        num_embeddings: table rows N.
+        spec: fractions (each block ``floor(fraction x N)`` rows, the last block takes the
+            remainder) or, when ``spec[0] > 1``, absolute block sizes (the last block, or a
+            trailing 0, takes the remainder).
+
+    Returns:
+        the non-empty blocks in id order (at least one).
+    """
+    n = int(num_embeddings)
+    spec = [float(s) for s in spec]
+    if not spec or any(s < 0 or not math.isfinite(s) for s in spec):
+        raise ValueError(f"blocks must be a non-empty list of non-negative numbers, got {spec}")
+    if n < 1:
+        raise ValueError(f"a table needs at least one row, got num_embeddings={n}")
+    absolute = spec[0] > 1
+    if not absolute and sum(spec) > 1 + 1e-9:
+        raise ValueError(f"block fractions must sum to at most 1, got {spec} (sum {sum(spec)})")
+    sizes = [int(s) if absolute else int(math.floor(s * n)) for s in spec[:-1]]
+    bounds, start = [], 0
+    for size in sizes:
+        stop = min(start + size, n)
+        if stop > start:
+            bounds.append((start, stop))
+        start = stop
+    if start < n:
+        bounds.append((start, n))
+    return bounds
+
+
+class BlockMask(nn.Module):
+    """The soft selection layer of one table: ``weight -> weight * alpha[block_of_row]``.
+
+    Registered on an ``nn.EmbeddingBag``'s ``weight`` with
+    ``torch.nn.utils.parametrize.register_parametrization``.
+
+    Args:
+        bounds: the table's frequency blocks ``[(start, stop), ...]`` (contiguous from 0).
+        dim: the table's width K.
+
+    Attributes:
+        alpha (nn.Parameter): n_b x K mask, initialised to ones.
+        row_block (Tensor): N, the block of every row.
+    """
+
+    def __init__(self, bounds: Sequence[tuple[int, int]], dim: int) -> None:
+        super().__init__()
+        self.bounds = [(int(a), int(b)) for a, b in bounds]
+        row_block = torch.cat([torch.full((b - a,), i, dtype=torch.long) for i, (a, b) in enumerate(self.bounds)])
+        self.register_buffer("row_block", row_block, persistent=False)
+        self.alpha = nn.Parameter(torch.ones(len(self.bounds), int(dim)))
+
+    def forward(self, weight: torch.Tensor) -> torch.Tensor:
+        return weight * self.alpha.index_select(0, self.row_block)
+
+
+def _ebc(model: RankingModel) -> nn.Module:
+    arch = model.sparse_arch
+    if getattr(arch, "is_fused", False):
+        raise ValueError(
+            "DNIS masks the embedding tables' weights, which the FBGEMM-fused kernel keeps inside the kernel: "
+            "build the search model with SparseArchConfig(kernel=EmbeddingKernel.PLAIN) (model.embedding_kernel: plain)"
+        )
+    ebc = getattr(arch, "embedding_bag_collection", None)
+    if ebc is None:
+        raise ValueError("the model has no sparse feature: there is no embedding table to search dims for")
+    return ebc
+
+
+def mask_tables(model: RankingModel, blocks: Sequence[float] = (1.0,), schema: Schema | None = None) -> dict[str, BlockMask]:
+    """Install a :class:`BlockMask` on every embedding table of a plain-kernel model.
+
+    Args:
+        model: a ranking model with the plain kernel (its tables are ``t_<feature>``).
+        blocks: frequency-block spec (see :func:`block_bounds`).
+        schema: the model's schema (default ``model.schema``); hashed features get one block.
+
+    Returns:
+        feature -> its mask (the ``alpha`` parameters live inside the model, under
+        ``...embedding_bags.t_<feature>.parametrizations.weight``).
+
+    Raises:
+        ValueError: a fused-kernel model (name the switch), a model without sparse features, or
+            a table that already has a parametrization.
+    """
+    ebc = _ebc(model)
+    schema = schema or model.schema
+    masks: dict[str, BlockMask] = {}
+    for name in model.sparse_names:
+        bag = ebc.embedding_bags[f"t_{name}"]
+        if parametrize.is_parametrized(bag, "weight"):
+            raise ValueError(f"the table of {name!r} is already masked (mask_tables was called twice)")
+        n, dim = bag.weight.shape
+        spec = (1.0,) if schema[name].hash_size is not None else blocks
+        mask = BlockMask(block_bounds(n, spec), dim).to(bag.weight.device)
+        parametrize.register_parametrization(bag, "weight", mask)
+        masks[name] = mask
+    return masks
+
+
+def table_weights(model: RankingModel) -> list[nn.Parameter]:
+    """The raw (unmasked) table weights ``E`` of a masked or unmasked plain-kernel model."""
+    ebc = _ebc(model)
+    out = []
+    for bag in ebc.embedding_bags.values():
+        out.append(bag.parametrizations.weight.original if parametrize.is_parametrized(bag, "weight") else bag.weight)
+    return out
+
+
+def normalize_alpha_grads(masks: dict[str, BlockMask] | Sequence[BlockMask]) -> None:
+    """Divide each alpha gradient by its mean absolute value per block row (+1e-8), in place."""
+    for mask in masks.values() if isinstance(masks, dict) else masks:
+        g = mask.alpha.grad
+        if g is not None:
+            g.div_(g.abs().mean(dim=-1, keepdim=True) + GRAD_EPS)
+
+
+def _block_dims(alpha: np.ndarray, threshold: float, width: int) -> np.ndarray:
+    """Per block row of ``alpha`` (n_b x K): ``#{alpha >= t}`` rounded up to 4, in [4, align(K)]."""
+    kept = (alpha >= threshold).sum(axis=-1)
+    cap = align_dim(width)
+    return np.minimum(np.maximum(ALIGNMENT * np.ceil(kept / ALIGNMENT), ALIGNMENT), cap).astype(int)
+
+
+def derive_dims(alphas: dict[str, np.ndarray], threshold: float) -> dict[str, list[int]]:
+    """Feature -> dim per frequency block at a global ``threshold`` (see the module docstring)."""
+    return {n: _block_dims(np.asarray(a), threshold, np.asarray(a).shape[-1]).tolist() for n, a in alphas.items()}
+
+
+def plan_parameters(dims: dict[str, list[int]], bounds: dict[str, list[tuple[int, int]]]) -> int:
+    """Embedding parameters of per-block dims: sum of block rows x block dim."""
+    return int(sum((b - a) * d for n in dims for (a, b), d in zip(bounds[n], dims[n])))
+
+
+def hard_alpha(alpha: torch.Tensor, dims: Sequence[int]) -> torch.Tensor:
+    """``alpha`` with only its top-``dims[b]`` values kept in each block row ``b`` (the rest 0):
+    the masked table that a rebuilt block of width ``dims[b]`` starts from."""
+    out = torch.zeros_like(alpha)
+    order = torch.argsort(alpha, dim=-1, descending=True, stable=True)
+    for b, d in enumerate(dims):
+        keep = order[b, : int(d)]
+        out[b, keep] = alpha[b, keep]
+    return out
+
+
+def _to_plan_blocks(bounds: list[tuple[int, int]], dims: list[int]) -> tuple[FrequencyBlock, ...]:
+    """Frequency blocks with adjacent equal dims merged; the last block open-ended."""
+    merged: list[list[int]] = []
+    for (a, b), d in zip(bounds, dims):
+        if merged and merged[-1][2] == d:
+            merged[-1][1] = b
+        else:
+            merged.append([a, b, d])
+    return tuple(FrequencyBlock(a, None if i == len(merged) - 1 else b, d) for i, (a, b, d) in enumerate(merged))
+
+
+@dataclass
+class DNIS(DimensionSearch):
+    """Differentiable Neural Input Search over (frequency block x dimension) masks.
+
+    Args:
+        blocks: frequency-block spec per table (fractions, or absolute sizes when the first
+            entry exceeds 1; see :func:`block_bounds`); ``(1.0,)`` searches per feature.
+        width: search width K of every table (default: each feature's dim in the recipe).
+        warm_start_epochs: epochs of ordinary training with alpha fixed at 1.
+        search_epochs: epochs of alternating weight / alpha steps.
+        lr_w: Adam learning rate of the search's weight steps.
+        lr_a: SGD learning rate of the alpha steps.
+        l1: weight of ``sum |alpha|`` in the validation loss.
+        freeze_tower: weight steps update the embedding tables only (the reference); False
+            also trains the tower (dense and interaction layers) in the weight steps.
+        batch_size: rows per batch (default: the recipe's ``data.batch_size``).
+        threshold: the threshold used when neither a budget nor ``auc_tolerance`` is given.
+        auc_tolerance: without a budget, take the largest swept threshold whose hard-masked
+            validation AUC is at least the searched model's minus this.
+        sweep_points: thresholds in the parameters-vs-AUC sweep (alpha quantiles).
+        max_steps: cap on the steps of each phase (warm start, search); for tests.
+        seed: seeds the search model's initialisation and the batch order.
+    """
+
+    name: ClassVar[str] = "dnis"
+
+    blocks: tuple[float, ...] = (0.1, 0.2, 0.3, 0.4)
+    width: int | None = None
+    warm_start_epochs: int = 2
+    search_epochs: int = 5
+    lr_w: float = 1e-3
+    lr_a: float = 0.01
+    l1: float = 1e-5
+    freeze_tower: bool = True
+    batch_size: int | None = None
+    threshold: float = 0.5
+    auc_tolerance: float | None = None
+    sweep_points: int = 11
+    max_steps: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        self.blocks = tuple(float(b) for b in self.blocks)
+        block_bounds(1000, self.blocks)  # validates the spec
+        if self.width is not None and (int(self.width) < ALIGNMENT or int(self.width) % ALIGNMENT):
+            raise ValueError(f"width must be a positive multiple of {ALIGNMENT}, got {self.width}")
+        if self.warm_start_epochs < 0 or self.search_epochs < 1:
+            raise ValueError("warm_start_epochs must be >= 0 and search_epochs >= 1")
+        if self.lr_w <= 0 or self.lr_a <= 0 or self.l1 < 0:
+            raise ValueError("lr_w and lr_a must be > 0 and l1 >= 0")
+        if self.sweep_points < 2:
+            raise ValueError(f"sweep_points must be >= 2, got {self.sweep_points}")
+
+    # -- the search ------------------------------------------------------------------------
+    def search(self, recipe: Recipe, budget: int | None = None) -> DimensionPlan:
+        """Search masks on ``recipe``'s train/val splits and derive a plan.
+
+        Returns:
+            a plan with per-(feature, block) dims in ``blocks`` (features whose blocks all
+            got one dim only in ``dims``) and ``extras``: ``alpha`` (feature -> n_b x K lists),
+            ``block_bounds``, ``threshold``, ``sweep`` ([{threshold, parameters, val_auc}]),
+            ``warm_start_val_auc``, ``searched_val_auc``, ``search_seconds``.
+
+        Raises:
+            DimensionPlanError: a budget below one dim of 4 per feature.
+        """
+        from recsys.data.schema import Schema
+        from recsys.models.base import EmbeddingKernel, SparseArchConfig
+        from recsys.train.module import build_model
+
+        start = time.perf_counter()
+        dm = recipe.datamodule
+        schema = Schema.from_dict(dm.schema_dict)
+        if not schema.sparse:
+            raise DimensionPlanError("the recipe has no sparse feature: there is nothing to search dims for")
+        if self.width is not None:
+            schema = schema.with_uniform_dim(int(self.width))
+        if budget is not None:
+            budget = check_budget(schema, budget)
+        model_cfg = dict(recipe.config.get("model") or {})
+        train, val = dm.prepared.splits.get("train"), dm.prepared.splits.get("val")
+        if train is None or val is None:
+            raise ValueError("DNIS needs non-empty train and val splits (data.split)")
+        batch_size = int(self.batch_size or dm.batch_size)
+
+        torch.manual_seed(self.seed)
+        model = build_model(
+            str(model_cfg.get("arch", "dcnv2")),
+            schema,
+            model_cfg.get("arch_args"),
+            SparseArchConfig(kernel=EmbeddingKernel.PLAIN),
+        )
+        masks = mask_tables(model, self.blocks, schema)
+        alphas = [m.alpha for m in masks.values()]
+
+        # 1. warm start: ordinary training, alpha fixed at 1
+        for a in alphas:
+            a.requires_grad_(False)
+        others = [p for p in model.parameters() if all(p is not a for a in alphas)]
+        opt = torch.optim.Adam(others, lr=float(model_cfg.get("learning_rate", 1e-3)))
+        steps = 0
+        for epoch in range(self.warm_start_epochs):
+            for batch in self._batches(train, batch_size, epoch):
+                if self.max_steps is not None and steps >= self.max_steps:
+                    break
+                self._step(model, opt, batch)
+                steps += 1
+        warm_auc = _evaluate(model, val, 4 * batch_size)
+
+        # 2. bi-level search
+        for a in alphas:
+            a.requires_grad_(True)
+        weights = table_weights(model)
+        tower = [p for p in others if all(p is not w for w in weights)]
+        if self.freeze_tower:
+            for p in tower:
+                p.requires_grad_(False)
+        w_opt = torch.optim.Adam(weights if self.freeze_tower else weights + tower, lr=self.lr_w)
+        a_opt = torch.optim.SGD(alphas, lr=self.lr_a)
+        val_batches = self._cycle(val, batch_size)
+        steps = 0
+        for epoch in range(self.search_epochs):
+            for batch in self._batches(train, batch_size, self.warm_start_epochs + epoch):
+                if self.max_steps is not None and steps >= self.max_steps:
+                    break
+                self._step(model, w_opt, batch)  # the alpha gradient of this step is discarded
+                a_opt.zero_grad(set_to_none=True)
+                vb = next(val_batches)
+                loss = _bce(model, vb) + self.l1 * sum(a.abs().sum() for a in alphas)
+                loss.backward()
+                normalize_alpha_grads(masks)
+                a_opt.step()
+                with torch.no_grad():
+                    for a in alphas:
+                        a.clamp_(0.0, 1.0)
+                steps += 1
+        for p in model.parameters():
+            p.requires_grad_(True)
+        searched_auc = _evaluate(model, val, 4 * batch_size)
+        return self._derive(model, masks, schema, val, 4 * batch_size, budget, warm_auc, searched_auc, start)
+
+    def _batches(self, data: EncodedData, batch_size: int, epoch: int) -> Iterator[Any]:
+        from recsys.data.batching import BatchDataset
+
+        ds = BatchDataset(data, batch_size, shuffle=True, seed=self.seed)
+        ds.set_epoch(epoch)
+        return iter(ds)
+
+    def _cycle(self, data: EncodedData, batch_size: int) -> Iterator[Any]:
+        epoch = 0
+        while True:
+            yield from self._batches(data, batch_size, 10_000 + epoch)
+            epoch += 1
+
+    @staticmethod
+    def _step(model: nn.Module, opt: torch.optim.Optimizer, batch: Any) -> None:
+        model.train()
+        opt.zero_grad(set_to_none=True)
+        _bce(model, batch).backward()
+        opt.step()
+
+    # -- deriving the plan -----------------------------------------------------------------
+    def _derive(
+        self,
+        model: RankingModel,
+        masks: dict[str, BlockMask],
+        schema: Schema,
+        val: EncodedData,
+        eval_batch: int,
+        budget: int | None,
+        warm_auc: float,
+        searched_auc: float,
+        start: float,
+    ) -> DimensionPlan:
+        alphas = {n: m.alpha.detach().clone() for n, m in masks.items()}
+        alpha_np = {n: a.numpy().astype(np.float64) for n, a in alphas.items()}
+        bounds = {n: m.bounds for n, m in masks.items()}
+        values = np.unique(np.concatenate([a.ravel() for a in alpha_np.values()] + [np.zeros(1)]))
+
+        def params(t: float) -> int:
+            return plan_parameters(derive_dims(alpha_np, t), bounds)
+
+        def auc_at(t: float) -> float:
+            dims = derive_dims(alpha_np, t)
+            with torch.no_grad():
+                for n, m in masks.items():
+                    m.alpha.copy_(hard_alpha(alphas[n], dims[n]))
+            try:
+                return _evaluate(model, val, eval_batch)
+            finally:
+                with torch.no_grad():
+                    for n, m in masks.items():
+                        m.alpha.copy_(alphas[n])
+
+        # alpha quantiles, the last just above the largest alpha (every block at 4 dims)
+        quantiles = np.quantile(values, np.linspace(0.0, 1.0, self.sweep_points))
+        quantiles[-1] = np.nextafter(values[-1], np.inf)
+        sweep_t = sorted({float(t) for t in quantiles})
+        sweep = [{"threshold": t, "parameters": params(t), "val_auc": auc_at(t)} for t in sweep_t]
+        if budget is not None:
+            # the smallest threshold (most parameters) within the budget: params(t) does not
+            # grow with t, so bisect over the sorted alpha values (above them all, every block
+            # has 4 dims, which check_budget guaranteed fits)
+            lo, hi = 0, len(values)
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if params(float(values[mid])) <= budget:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            threshold = float(values[lo]) if lo < len(values) else float(np.nextafter(values[-1], np.inf))
+        elif self.auc_tolerance is not None:
+            ok = [s["threshold"] for s in sweep if s["val_auc"] >= searched_auc - float(self.auc_tolerance)]
+            threshold = max(ok) if ok else 0.0
+        else:
+            threshold = float(self.threshold)
+        if all(abs(s["threshold"] - threshold) > 0 for s in sweep):
+            sweep.append({"threshold": threshold, "parameters": params(threshold), "val_auc": auc_at(threshold)})
+            sweep.sort(key=lambda s: s["threshold"])
+        dims = derive_dims(alpha_np, threshold)
+        plan_blocks = {n: _to_plan_blocks(bounds[n], dims[n]) for n in dims}
+        return DimensionPlan(
+            dims={n: max(d) for n, d in dims.items()},
+            blocks={n: b for n, b in plan_blocks.items() if len(b) > 1},
+            method=self.name,
+            dataset=schema.name,
+            num_embeddings={f.name: int(f.num_embeddings or 0) for f in schema.sparse},
+            config={**self.describe(), "budget": budget},
+            extras={
+                "alpha": {n: a.tolist() for n, a in alpha_np.items()},
+                "block_bounds": {n: [list(b) for b in bl] for n, bl in bounds.items()},
+                "threshold": threshold,
+                "sweep": sweep,
+                "warm_start_val_auc": warm_auc,
+                "searched_val_auc": searched_auc,
+                "search_seconds": time.perf_counter() - start,
+            },
+        )
+
+
+def _bce(model: nn.Module, batch: Any) -> torch.Tensor:
+    logits = model(batch.dense_features, batch.sparse_features)
+    return nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+
+
+def _evaluate(model: nn.Module, data: EncodedData, batch_size: int) -> float:
+    """Validation AUC of ``model`` on ``data`` (eval mode, no gradients)."""
+    from torchmetrics.functional.classification import binary_auroc
+
+    from recsys.data.batching import BatchDataset
+
+    was_training = model.training
+    model.eval()
+    scores, labels = [], []
+    with torch.no_grad():
+        for batch in BatchDataset(data, batch_size):
+            scores.append(model(batch.dense_features, batch.sparse_features))
+            labels.append(batch.labels)
+    model.train(was_training)
+    return float(binary_auroc(torch.cat(scores), torch.cat(labels).long()))
