@@ -12,6 +12,7 @@
 from embeddings.base import DimensionSearch, get_search, search_names
 from embeddings.baselines import budget_of, mde_dims, mde_plan, uniform_plan
 from embeddings.dnis import DNIS
+from embeddings.searches import MDEDims, UniformDims
 from embeddings.plan import (
     ALIGNMENT,
     DimensionAlignmentWarning,
@@ -24,20 +25,22 @@ from embeddings.plan import (
 )
 
 __all__ = [
+    "align_dim",
     "ALIGNMENT",
-    "DNIS",
-    "DimensionSearch",
+    "budget_of",
+    "check_budget",
     "DimensionAlignmentWarning",
     "DimensionPlan",
     "DimensionPlanError",
+    "DimensionSearch",
+    "DNIS",
     "FrequencyBlock",
-    "align_dim",
     "get_search",
-    "search_names",
-    "budget_of",
-    "check_budget",
     "mde_dims",
     "mde_plan",
+    "MDEDims",
     "min_budget",
+    "search_names",
     "uniform_plan",
+    "UniformDims",
 ]

@@ -5,6 +5,7 @@
     salience rank --config CFG --method outrank|permutation|leap
     salience select --config CFG --method M --k 2,4,8
     salience quality DATA... | --config CFG
+    salience dims --config CFG --method uniform|mde|dnis --budget 0.5x16
     salience demo
     salience bench throughput|quality|selection [ARGS]
 
@@ -58,6 +59,13 @@ def _select(argv: Sequence[str]) -> int:
     return select_main(argv)
 
 
+def _dims(argv: Sequence[str]) -> int:
+    import embeddings  # noqa: F401 - registers the searches
+    from embeddings.cli import dims_main
+
+    return dims_main(argv)
+
+
 def _quality(argv: Sequence[str]) -> int:
     from selection.cli import quality_main
 
@@ -82,6 +90,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "rank": (_rank, "rank features by importance (outrank, permutation, leap) and write the report"),
     "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
     "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
+    "dims": (_dims, "search per-feature embedding dims (uniform, mde, dnis), retrain, compare with uniform-16"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
     "bench": (_bench, "run a committed benchmark (throughput, quality, selection)"),
 }
