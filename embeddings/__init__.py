@@ -1,10 +1,12 @@
-"""Embedding dimension search: mixed-dimension plans, their baselines, DNIS (iHAS to come).
+"""Embedding dimension search: mixed-dimension plans, their baselines, DNIS and iHAS.
 
 * :class:`DimensionPlan`: per-feature, per-(feature, frequency block) or per-cluster embedding
   dims, aligned to multiples of 4; counts embedding parameters exactly, applies to a schema,
   saves/loads as JSON or YAML and logs to MLflow;
 * baselines: :func:`uniform_plan` and the Mixed-Dimension-Embeddings power rule
   :func:`mde_plan` under a parameter budget (:func:`budget_of` for "half of uniform-16");
+* :class:`IHAS`: instance-wise Bernoulli gates per field and dimension, K-means over the
+  deterministic masks, per-cluster dims and a router to one retrained model per cluster;
 * :class:`DNIS`: differentiable search of soft masks over (frequency block x dimension) at
   the embedding tables, bi-level (weights on training, masks on validation batches).
 """
@@ -12,6 +14,7 @@
 from embeddings.base import DimensionSearch, get_search, search_names
 from embeddings.baselines import budget_of, mde_dims, mde_plan, uniform_plan
 from embeddings.dnis import DNIS
+from embeddings.ihas import IHAS, IHASGate, IHASRoutedModel, IHASRouter
 from embeddings.searches import MDEDims, UniformDims
 from embeddings.plan import (
     ALIGNMENT,
@@ -36,6 +39,10 @@ __all__ = [
     "DNIS",
     "FrequencyBlock",
     "get_search",
+    "IHAS",
+    "IHASGate",
+    "IHASRoutedModel",
+    "IHASRouter",
     "mde_dims",
     "mde_plan",
     "MDEDims",
