@@ -347,9 +347,10 @@ class DimensionPlan:
         """``schema`` with the planned per-feature dims (unplanned features keep theirs).
 
         A blocked plan applies each feature's largest block dim and a cluster plan the largest
-        dim over its clusters: the model that results has the plan's per-feature *width*, not
-        yet its per-block tables (those are built by the blocked sparse arch) or its per-cluster
-        models (:meth:`apply_cluster`).
+        dim over its clusters: the model that results has the plan's per-feature *width*; the
+        per-block tables come from ``SparseArchConfig(blocks=plan.block_lists())`` (``salience
+        fit``: ``model.embedding_blocks``, set by :meth:`to_config_overrides`), the per-cluster
+        models from :meth:`apply_cluster`.
         """
         self.check(schema)
         return schema.with_dims(self.dims)
@@ -413,12 +414,23 @@ class DimensionPlan:
     def to_config_overrides(self) -> list[str]:
         """``salience fit`` arguments that train with the planned per-feature dims
         (``recipe.fit(extra_args=plan.to_config_overrides())``); needs the data module's
-        ``embedding_dims`` option."""
-        return [f"--data.embedding_dims={json.dumps(self.dims)}"]
+        ``embedding_dims`` option. A blocked plan adds ``--model.embedding_blocks`` (feature ->
+        ``[[start, stop, dim], ...]``, stop null = to the end of the table): one table per
+        (feature, block), so the model trains at the planned size."""
+        args = [f"--data.embedding_dims={json.dumps(self.dims)}"]
+        if self.blocks:
+            args.append(f"--model.embedding_blocks={json.dumps(self.block_lists())}")
+        return args
+
+    def block_lists(self) -> dict[str, list[list[int | None]]]:
+        """The frequency blocks as ``model.embedding_blocks`` takes them: feature ->
+        ``[[start, stop, dim], ...]`` (stop None = to the end of the table)."""
+        return {n: [[b.start, b.stop, b.dim] for b in bl] for n, bl in self.blocks.items()}
 
     def to_config(self, config: Mapping[str, Any] | str | Path) -> dict[str, Any]:
         """A ``salience fit`` config (dict or YAML path) with ``data.embedding_dims`` set to the
-        planned per-feature dims (merged over any there)."""
+        planned per-feature dims (merged over any there) and, for a blocked plan,
+        ``model.embedding_blocks`` set to its frequency blocks."""
         if not isinstance(config, Mapping):
             import yaml
 
@@ -426,6 +438,13 @@ class DimensionPlan:
         out = json.loads(json.dumps(dict(config), default=str))
         data = out.setdefault("data", {})
         data["embedding_dims"] = {**dict(data.get("embedding_dims") or {}), **self.dims}
+        model = out.get("model") or {}
+        # blocks of a feature the plan sizes are replaced (a flat planned dim drops them)
+        kept = {n: b for n, b in dict(model.get("embedding_blocks") or {}).items() if n not in self.dims}
+        if kept or self.blocks:
+            out["model"] = {**model, "embedding_blocks": {**kept, **self.block_lists()}}
+        elif "embedding_blocks" in model:
+            out["model"] = {k: v for k, v in model.items() if k != "embedding_blocks"}
         return out
 
     # -- rendering -----------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.schema import Schema
+from recsys.models.blocked import BLOCKS_KEY, Block, BlockRouter, block_key, check_blocks
 from recsys.models.seam import IdentitySeam, SeamTransform
 
 __all__ = ["EmbeddingKernel", "FusedOptimizer", "MLP", "RankingModel", "SparseArch", "SparseArchConfig"]
@@ -50,6 +51,10 @@ class SparseArchConfig:
         fused_optimizer: the optimizer fused into backward (``kernel="fused"`` only).
         fused_lr: learning rate of the fused optimizer.
         pooling: how multi-hot bags are pooled.
+        blocks: frequency blocks, feature -> ``[[start, stop, dim], ...]`` (stop -1 / None = to
+            the end of the table): one table per (feature, contiguous id range), see
+            :mod:`recsys.models.blocked`. The widest block must be the feature's embedding dim.
+        blocks_key: the config key errors about ``blocks`` name.
     """
 
     kernel: EmbeddingKernel = EmbeddingKernel.PLAIN
@@ -57,34 +62,57 @@ class SparseArchConfig:
     fused_lr: float = 0.05
     pooling: str = "sum"
     extra: dict[str, Any] = field(default_factory=dict)
+    blocks: dict[str, Any] | None = None
+    blocks_key: str = BLOCKS_KEY
 
 
-def table_configs(schema: Schema, pooling: str = "sum") -> list[EmbeddingBagConfig]:
-    """One ``EmbeddingBagConfig`` per sparse feature (table ``t_<name>``)."""
+def table_configs(
+    schema: Schema, pooling: str = "sum", blocks: dict[str, tuple[Block, ...]] | None = None
+) -> list[EmbeddingBagConfig]:
+    """One ``EmbeddingBagConfig`` per sparse feature (table ``t_<name>``), or per (feature,
+    frequency block) for the features in ``blocks`` (table ``t_<name>@<b>``, sum-pooled: the
+    blocked lookup divides by the row length itself under mean pooling)."""
     if not schema.is_fitted:
         raise ValueError("the schema must be fitted (num_embeddings known): use Preprocessor.fitted_schema")
     pool = PoolingType.MEAN if pooling == "mean" else PoolingType.SUM
-    return [
-        EmbeddingBagConfig(
-            name=f"t_{f.name}",
-            embedding_dim=f.embedding_dim,
-            num_embeddings=int(f.num_embeddings or 0),
-            feature_names=[f.name],
-            pooling=pool,
-        )
-        for f in schema.sparse
-    ]
+    blocks = blocks or {}
+    out: list[EmbeddingBagConfig] = []
+    for f in schema.sparse:
+        if f.name in blocks:
+            out.extend(
+                EmbeddingBagConfig(
+                    name=f"t_{block_key(f.name, i)}",
+                    embedding_dim=dim,
+                    num_embeddings=stop - start,
+                    feature_names=[block_key(f.name, i)],
+                    pooling=PoolingType.SUM,
+                )
+                for i, (start, stop, dim) in enumerate(blocks[f.name])
+            )
+        else:
+            out.append(
+                EmbeddingBagConfig(
+                    name=f"t_{f.name}",
+                    embedding_dim=f.embedding_dim,
+                    num_embeddings=int(f.num_embeddings or 0),
+                    feature_names=[f.name],
+                    pooling=pool,
+                )
+            )
+    return out
 
 
 def _zero_oov_rows(ebc: EmbeddingBagCollection) -> EmbeddingBagCollection:
-    """Zero row 0 (the out-of-vocabulary id) of every table.
+    """Zero row 0 (the out-of-vocabulary id) of every table (of block 0 for blocked features:
+    the row 0 of a later block is an ordinary id).
 
     With ``min_count=1`` no training row maps to OOV, so the row is never trained; starting it
     at zero makes an unseen category at evaluation or serving time neutral instead of noise.
     """
     with torch.no_grad():
-        for bag in ebc.embedding_bags.values():
-            bag.weight[0].zero_()
+        for name, bag in ebc.embedding_bags.items():
+            if "@" not in name or name.endswith("@0"):
+                bag.weight[0].zero_()
     return ebc
 
 
@@ -106,10 +134,19 @@ class SparseArch(nn.Module):
         super().__init__()
         config = config or SparseArchConfig()
         self.kernel = EmbeddingKernel(config.kernel)
-        tables = table_configs(schema, config.pooling)
+        #: the settings it was built with (rebuild on the other kernel: ``replace(config, kernel=...)``)
+        self.config = config
+        fused = self.kernel is EmbeddingKernel.FUSED
+        blocks = check_blocks(config.blocks, schema, key=config.blocks_key, align=4 if fused else 1)
+        tables = table_configs(schema, config.pooling, blocks)
         self.feature_names: list[str] = schema.sparse_names
+        #: resolved frequency blocks, feature -> ((start, stop, dim), ...) (empty: one table each)
+        self.blocks: dict[str, tuple[Block, ...]] = blocks
+        self.router = BlockRouter(
+            self.feature_names, blocks, {f.name: f.embedding_dim for f in schema.sparse}, mean=config.pooling == "mean"
+        )
         self.embedding_bag_collection: nn.Module
-        if self.kernel is EmbeddingKernel.FUSED:
+        if fused:
             misaligned = [f"{f.name}={f.embedding_dim}" for f in schema.sparse if f.embedding_dim % 4]
             if misaligned:
                 raise ValueError(f"the fused FBGEMM kernel needs embedding dims that are multiples of 4; got {misaligned}")
@@ -141,17 +178,20 @@ class SparseArch(nn.Module):
         if not torch.jit.is_scripting():
             if self.kernel is EmbeddingKernel.FUSED and torch.is_inference_mode_enabled():
                 return self._lookup_outside_inference_mode(kjt)
-        pooled = self.embedding_bag_collection(kjt).to_dict()
-        # rebuild in feature order: a sharded EBC returns its keys in another order
-        return {name: pooled[name] for name in self.feature_names}
+        tables, totals = self.router.split(kjt)
+        pooled = self.embedding_bag_collection(tables).to_dict()
+        # rebuild in feature order (a sharded EBC returns its keys in another order), merging
+        # the frequency blocks of blocked features
+        return self.router.merge(pooled, totals)
 
     @torch.jit.unused
     def _lookup_outside_inference_mode(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
         """FBGEMM's fused CPU lookup dispatches through autograd, which inference mode bypasses
         (Lightning evaluates in inference mode by default): look up under no_grad instead."""
         with torch.inference_mode(False), torch.no_grad():
-            pooled = self.embedding_bag_collection(kjt).to_dict()
-        return {name: pooled[name] for name in self.feature_names}
+            tables, totals = self.router.split(kjt)
+            pooled = self.embedding_bag_collection(tables).to_dict()
+            return self.router.merge(pooled, totals)
 
     @property
     def is_fused(self) -> bool:

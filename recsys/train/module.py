@@ -107,6 +107,12 @@ class RankingTask(pl.LightningModule):
             improving (FuxiCTR's ``reduce_lr_on_plateau``); 1.0 turns it off.
         lr_plateau_patience: validation epochs without AUC gain before the learning rate drops.
         early_stopping_patience: validation epochs without AUC gain before stopping (0 = off).
+        embedding_blocks: frequency blocks (DNIS): feature -> ``[[start, stop, dim], ...]``,
+            contiguous id ranges from 0 (stop -1 or null on the last block = to the end of the
+            table); each block gets its own table of ``stop - start`` rows and ``dim`` columns.
+            The widest block must equal the feature's ``data.embedding_dims`` entry; the fused
+            kernel needs block dims that are multiples of 4. A ``DimensionPlan``'s
+            ``to_config_overrides()`` sets both.
         seam: optional transform at the seam, ``{class_path: selection.LeAPSeam, init_args:
             {...}}``; its parameters get their own optimizer group (learning rate
             ``seam.learning_rate`` when the transform defines one, no weight decay).
@@ -128,6 +134,7 @@ class RankingTask(pl.LightningModule):
         lr_plateau_patience: int = 0,
         early_stopping_patience: int = 2,
         seam: dict[str, Any] | None = None,
+        embedding_blocks: dict[str, list[list[int | None]]] | None = None,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -144,7 +151,11 @@ class RankingTask(pl.LightningModule):
             self.schema,
             arch_args,
             SparseArchConfig(
-                kernel=EmbeddingKernel(embedding_kernel), fused_optimizer=FusedOptimizer(fused_optimizer), fused_lr=fused_lr
+                kernel=EmbeddingKernel(embedding_kernel),
+                fused_optimizer=FusedOptimizer(fused_optimizer),
+                fused_lr=fused_lr,
+                blocks=embedding_blocks,
+                blocks_key="model.embedding_blocks",
             ),
         )
         seam_module = build_seam(seam)
