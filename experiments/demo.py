@@ -8,6 +8,10 @@ Stage 2 (feature selection) ranks the features with OutRank (model-free) and LeA
 training run), scores both rankings against the planted truth, retrains on the top-k LeAP
 features for k = 2, 4, 8, 12 against a random ranking, and writes the reduced config; one parent
 MLflow run with a nested run per retrained model.
+
+Stage 3 (embedding dimensions) retrains the backbone at half the embedding parameters of the
+uniform-16 model with the Mixed-Dimension-Embeddings rule and with a DNIS search (frequency
+blocks x dimensions), next to the uniform-16 reference.
 """
 
 from __future__ import annotations
@@ -127,6 +131,60 @@ def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs
     }
 
 
+def run_dims_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs/demo", seed: int = 0) -> dict[str, Any]:
+    """Uniform-16 vs MDE vs DNIS at half the uniform-16 embedding parameters."""
+    from embeddings import DNIS, MDEDims, budget_of
+    from recsys.tracking import RunTracker
+    from recsys.train.recipe import Recipe
+
+    out = Path(output) / "dims"
+    start = time.perf_counter()
+    recipe = Recipe(
+        CONFIG,
+        [
+            f"--data.reader.init_args.n_rows={rows}",
+            f"--data.reader.init_args.seed={seed}",
+            "--data.reader.init_args.cardinality_scale=0.05",
+            f"--trainer.max_epochs={epochs}",
+        ],
+        workdir=out / "fits",
+        quiet=True,
+    )
+    schema = recipe.schema
+    budget = budget_of(schema, 16) // 2
+    parent = RunTracker(recipe.dataset_name, "demo-dims", tags={"salience.stage": "dims"})
+    recipe.parent_run_id = parent.run_id
+    rows_out: list[dict[str, Any]] = []
+    try:
+        reference = recipe.fit(run_name="dims-uniform-16")
+        rows_out.append({"model": "uniform-16", "parameters": reference.task.model.embedding_parameters(),
+                         "test_auc": reference.metrics["test_auc"]})
+        for search in (MDEDims(), DNIS(warm_start_epochs=1, search_epochs=2, seed=seed)):
+            plan = search.search(recipe, budget)
+            plan.save(out / f"{search.name}_plan.json")
+            plan.to_mlflow(parent, schema)
+            fit = recipe.fit(extra_args=plan.to_config_overrides(), run_name=f"dims-{search.name}")
+            rows_out.append({"model": search.name, "parameters": fit.task.model.embedding_parameters(),
+                             "test_auc": fit.metrics["test_auc"]})
+    except BaseException:
+        parent.finish("FAILED")
+        raise
+    parent.finish()
+    return {"rows": rows, "budget": budget, "models": rows_out, "output": str(out), "mlflow_run_id": parent.run_id,
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def _dims_lines(s: dict[str, Any]) -> list[str]:
+    ref = s["models"][0]
+    lines = ["", f"Embedding dimensions on {s['rows']:,} rows (budget: {s['budget']:,} parameters = half of uniform-16)"]
+    for m in s["models"]:
+        lines.append(f"  {m['model']:<12} {m['parameters']:>10,} parameters ({m['parameters'] / ref['parameters']:.2f}x)"
+                     f"   test AUC {m['test_auc']:.4f} ({m['test_auc'] - ref['test_auc']:+.4f})")
+    lines += [f"  plans              {s['output']}/*_plan.json",
+              f"  MLflow run         {s['mlflow_run_id']}", f"  wall time          {s['seconds']} s"]
+    return lines
+
+
 def _selection_lines(s: dict[str, Any]) -> list[str]:
     short = {"informative": "inf", "sparse_informative": "rare", "interaction": "pair", "redundant": "copy",
              "near_redundant": "near-copy", "noise": "NOISE"}
@@ -155,9 +213,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", default="runs/demo", help="folder for checkpoints and the export")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
     parser.add_argument("--selection-rows", type=int, default=50_000, help="rows of the feature-selection stage (0 skips it)")
+    parser.add_argument("--dims-rows", type=int, default=50_000, help="rows of the embedding-dimension stage (0 skips it)")
     args = parser.parse_args(argv)
     s = run_demo(args.rows, args.epochs, args.output, args.seed)
     selection = run_selection_stage(args.selection_rows, 2, args.output, args.seed) if args.selection_rows > 0 else None
+    dims = run_dims_stage(args.dims_rows, 2, args.output, args.seed) if args.dims_rows > 0 else None
     from recsys.tracking import tracking_uri
 
     parity = s["parity_max_abs_diff"]
@@ -175,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ]
     if selection is not None:
         lines += _selection_lines(selection)
+    if dims is not None:
+        lines += _dims_lines(dims)
     lines += [
         "",
         "Open the MLflow UI:   make ui    (serves http://127.0.0.1:5000)",

@@ -16,3 +16,16 @@ def test_selection_stage(tmp_cwd: Path) -> None:
     assert [k for k, _ in s["curve_points"]] == list(SELECTION_KS)
     text = "\n".join(_selection_lines(s))
     assert "AUKC" in text and "reduced_config.yaml" in text
+
+
+def test_dims_stage(tmp_cwd: Path) -> None:
+    from experiments.demo import _dims_lines, run_dims_stage
+
+    s = run_dims_stage(rows=8000, epochs=1, output=str(tmp_cwd / "demo"))
+    names = [m["model"] for m in s["models"]]
+    assert names == ["uniform-16", "mde", "dnis"]
+    ref = s["models"][0]["parameters"]
+    for m in s["models"][1:]:
+        assert m["parameters"] <= s["budget"] <= ref // 2 + 1
+    assert (Path(s["output"]) / "dnis_plan.json").exists()
+    assert "half of uniform-16" in "\n".join(_dims_lines(s))
