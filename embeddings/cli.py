@@ -15,6 +15,13 @@ the same dims), prints the comparison and the per-feature dims, and writes ``pla
 ``runs/dims/<dataset>-<method>/``. Everything is logged to one parent MLflow run with the fits
 as nested runs. Arguments after ``--`` go to every ``salience fit``; search settings go through
 ``--option key=value``.
+
+``--method ihas`` does not go through ``salience fit`` for the searched model: it keeps the
+search model (its gates route), retrains one model per cluster (:meth:`IHAS.retrain`), evaluates
+the routed model on the test split (torchmetrics AUC, BCE log loss), counts every cluster
+model's embedding parameters (``plan.num_parameters``), exports the router plus the cluster
+models as one TorchScript module to ``<output>/export/`` and logs it as the nested run
+``dims-ihas``; the reference is fitted as for the other methods.
 """
 
 from __future__ import annotations
@@ -272,6 +279,88 @@ def _fit(recipe: Recipe, plan: DimensionPlan, run_name: str, tracking: bool) -> 
     return recipe.fit(extra_args=plan.to_config_overrides(), run_name=run_name, tracking=tracking)
 
 
+EXPORT_DIR = "export"  # the routed model's export folder under the output folder
+
+
+def _routes(search: Any) -> bool:
+    """The search retrains a routed model itself (iHAS: router + one model per cluster)."""
+    from embeddings.ihas import IHAS
+
+    return isinstance(search, IHAS)
+
+
+def evaluate_logits(model: Any, data: Any, batch_size: int = 4096) -> dict[str, float]:
+    """``auc`` (torchmetrics ``binary_auroc``, the metric the trainer logs) and ``logloss``
+    (mean BCE on the logits) of a ``forward(dense, kjt) -> logits`` module on encoded data."""
+    import torch
+    from torch.nn.functional import binary_cross_entropy_with_logits
+    from torchmetrics.functional.classification import binary_auroc
+
+    from recsys.data.batching import BatchDataset
+
+    was_training = model.training
+    model.eval()
+    logits, labels = [], []
+    with torch.no_grad():
+        for batch in BatchDataset(data, batch_size):
+            logits.append(model(batch.dense_features, batch.sparse_features))
+            labels.append(batch.labels)
+    model.train(was_training)
+    z, y = torch.cat(logits).float(), torch.cat(labels).float()
+    return {"auc": float(binary_auroc(z, y.long())), "logloss": float(binary_cross_entropy_with_logits(z, y))}
+
+
+def _retrain_routed(
+    search: Any, recipe: Recipe, plan: DimensionPlan, gate_model: Any, method: str, out: Path,
+    tracker: RunTracker | None,
+) -> DimsPoint:
+    """Retrain one model per cluster, evaluate the routed model, export it to ``out/export``
+    and log it as a nested run (as ``salience fit`` does for the other methods)."""
+    import time
+
+    from recsys.export.serving import export_model
+
+    start = time.perf_counter()
+    routed = search.retrain(recipe, plan, gate_model)
+    seconds = time.perf_counter() - start
+    splits = recipe.datamodule.prepared.splits
+    test, val = evaluate_logits(routed, splits["test"]), evaluate_logits(routed, splits["val"])
+    params = sum(int(m.embedding_parameters()) for m in routed.models)
+    schema = recipe.schema
+    if params != plan.num_parameters(schema):
+        log.warning("the routed model has %d embedding parameters, the plan counts %d", params,
+                    plan.num_parameters(schema))
+    point = DimsPoint(
+        label=f"{method} (routed, {len(routed.models)} clusters)", embedding_parameters=params,
+        test_auc=test["auc"], test_logloss=test["logloss"], best_val_auc=val["auc"], seconds=seconds,
+        dims=dict(plan.dims),
+    )
+    child = None
+    if tracker is not None:
+        from recsys.tracking import RunTracker
+
+        child = RunTracker(recipe.dataset_name, f"dims-{method}", parent_run_id=tracker.run_id,
+                           tags={"salience.dataset": recipe.dataset_name, "salience.stage": "dims"})
+        point.run_id = child.run_id
+    metrics = {"test_auc": point.test_auc, "test_logloss": point.test_logloss, "val_auc": point.best_val_auc,
+               "embedding_parameters": params}
+    export = export_model(routed, recipe.datamodule.preprocessor, out / EXPORT_DIR, metadata={
+        "method": method, "plan": plan.to_dict(), "metrics": metrics, "run_id": point.run_id})
+    log.info("%s routed model: test AUC %.4f, log loss %.4f, %d embedding parameters; exported to %s "
+             "(parity %.2g)", method, point.test_auc, point.test_logloss, params, export.output_dir,
+             export.max_abs_diff)
+    if child is not None:
+        try:
+            child.log_params({"method": method, "clusters": len(routed.models), "search": search.describe()})
+            child.log_metrics({**metrics, "export_max_abs_diff": export.max_abs_diff, "seconds": seconds})
+            child.log_artifact(out / EXPORT_DIR, EXPORT_DIR)
+        except BaseException:
+            child.finish("FAILED")
+            raise
+        child.finish()
+    return point
+
+
 def dims_main(argv: Sequence[str]) -> int:
     import embeddings.searches  # noqa: F401 - registers the baseline searches
     from embeddings.base import get_search, search_names
@@ -320,8 +409,12 @@ def dims_main(argv: Sequence[str]) -> int:
                              tags={"salience.dataset": recipe.dataset_name, "salience.stage": "dims"})
     recipe.parent_run_id = tracker.run_id if tracker is not None else None
     tracking = tracker is not None
+    routed = None
     try:
-        plan = search.search(recipe, budget=budget)
+        if _routes(search):  # iHAS: the plan comes with the search model its router runs on
+            plan, gate_model = search.search_with_model(recipe, budget=budget)
+        else:
+            plan = search.search(recipe, budget=budget)
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
         fig = plan.plot(schema)
@@ -333,20 +426,24 @@ def dims_main(argv: Sequence[str]) -> int:
             tracker.log_params({"method": args.method, "search": search.describe(), "budget": budget,
                                 "reference": args.reference, "overrides": " ".join(overrides)})
             plan.to_mlflow(tracker, schema)
-        if plan.is_blocked or plan.is_clustered:
+        if not _routes(search) and plan.is_clustered:
             log.warning(
-                "the %s plan has %s; `salience dims` retrains with its per-feature widths (data.embedding_dims), "
-                "so the retrained model has more embedding parameters than the plan counts",
-                args.method, "frequency blocks" if plan.is_blocked else "clusters",
+                "the %s plan has clusters; `salience dims` retrains one model with its per-feature widths, "
+                "so the retrained model has more embedding parameters than the plan counts", args.method,
             )
         ref_dim = next(iter(reference.dims.values()))
         ref_label = f"uniform-{ref_dim}" if reference.method == "uniform" else "config dims"
-        fit = _fit(recipe, plan, f"dims-{args.method}", tracking)
-        points = [DimsPoint.from_fit(args.method, fit, plan.dims)]
-        if reference.dims == plan.dims:  # the same model: train it once
-            ref_fit = fit
-        else:
+        if _routes(search):
+            routed = _retrain_routed(search, recipe, plan, gate_model, args.method, out, tracker)
+            points = [routed]
             ref_fit = _fit(recipe, reference, f"dims-reference-{ref_label.replace(' ', '-')}", tracking)
+        else:
+            fit = _fit(recipe, plan, f"dims-{args.method}", tracking)
+            points = [DimsPoint.from_fit(args.method, fit, plan.dims)]
+            if reference.dims == plan.dims:  # the same model: train it once
+                ref_fit = fit
+            else:
+                ref_fit = _fit(recipe, reference, f"dims-reference-{ref_label.replace(' ', '-')}", tracking)
         points.append(DimsPoint.from_fit(f"{ref_label} (reference)", ref_fit, reference.dims))
         comparison = DimsComparison(args.method, recipe.dataset_name, plan, budget, points)
         comparison.save(out / "summary.json")
@@ -376,7 +473,8 @@ def dims_main(argv: Sequence[str]) -> int:
     print(plan.format(schema))
     print()
     print(comparison.format())
-    print(f"\nwrote {out}/plan.json, dims.png, comparison.png, summary.json, config_with_plan.yaml")
+    print(f"\nwrote {out}/plan.json, dims.png, comparison.png, summary.json, config_with_plan.yaml"
+          + (f", {EXPORT_DIR}/ (the routed model for serving)" if routed is not None else ""))
     if tracker is not None:
         print(f"MLflow run: {tracker.run_id} (nested runs: one per retrained model)")
     return 0

@@ -19,6 +19,7 @@ The module is scripted (never traced), so batch sizes and bag lengths are free a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,21 +34,22 @@ from typing import Any, List
 
 import torch
 from torch import nn
-from torchrec.modules.embedding_configs import PoolingType
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.encoders import Preprocessor
 from recsys.data.batching import random_batch
 from recsys.data.schema import Schema
-from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch, SparseArchConfig
+from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch
 
 __all__ = [
     "EXPORT_FORMAT",
     "ExportError",
     "ExportResult",
     "ServingModule",
+    "check_no_fused_parts",
     "export_model",
     "export_schema",
+    "fused_parts",
     "kjt_to_lists",
     "load_exported",
     "model_device",
@@ -74,7 +76,12 @@ class ServingModule(nn.Module):
     """A ranking model behind plain tensor inputs; returns click probabilities.
 
     Args:
-        model: a plain-kernel :class:`RankingModel` (see :func:`to_plain_kernel` for fused ones).
+        model: a plain-kernel :class:`RankingModel` (see :func:`to_plain_kernel` for fused ones),
+            or any scriptable ranking module with ``forward(dense, kjt) -> logits`` (e.g. a
+            router over several ranking models); such a module must not hold a fused kernel.
+        feature_names: the sparse features of the KJT, in ``values`` / ``lengths`` order;
+            default ``model.sparse_names`` (required when the module has no such attribute).
+        num_dense: D_dense; default ``model.num_dense`` (required when the module lacks it).
 
     Call:
         values (List[Tensor]): per sparse feature (model order), flat int64 ids.
@@ -93,14 +100,21 @@ class ServingModule(nn.Module):
     # a real type object (not a string) so TorchScript can type an empty list (dense-only model)
     __annotations__ = {"feature_names": List[str]}  # noqa: RUF012, UP006
 
-    def __init__(self, model: RankingModel) -> None:
+    def __init__(
+        self, model: nn.Module, feature_names: list[str] | None = None, num_dense: int | None = None
+    ) -> None:
         super().__init__()
-        if model.sparse_arch.is_fused:
+        if _is_ranking_model(model) and model.sparse_arch.is_fused:
             raise ValueError("ServingModule needs the plain embedding kernel: convert with to_plain_kernel(model)")
+        check_no_fused_parts(model)
+        if feature_names is None and not hasattr(model, "sparse_names"):
+            raise ValueError(f"{type(model).__name__} has no sparse_names: pass feature_names=[...]")
+        if num_dense is None and not hasattr(model, "num_dense"):
+            raise ValueError(f"{type(model).__name__} has no num_dense: pass num_dense=...")
         self.model = model
         # no annotations here: TorchScript infers List[str] / int (annotated `list[str]` warns)
-        self.feature_names = list(model.sparse_names)  # sparse order of values / lengths
-        self.num_dense = int(model.num_dense)  # D_dense
+        self.feature_names = list(model.sparse_names if feature_names is None else feature_names)  # values order
+        self.num_dense = int(model.num_dense if num_dense is None else num_dense)  # D_dense
 
     def forward(self, values: list[torch.Tensor], lengths: list[torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
         n = len(self.feature_names)
@@ -130,6 +144,37 @@ class ServingModule(nn.Module):
             flat_lengths = torch.empty(0, dtype=torch.int32, device=dense.device)
         kjt = KeyedJaggedTensor(keys=self.feature_names, values=flat_values, lengths=flat_lengths)
         return torch.sigmoid(self.model(dense.to(torch.float32), kjt))
+
+
+def _is_ranking_model(model: nn.Module) -> bool:
+    """``model`` carries the :class:`RankingModel` attributes the export reads (schema, sparse
+    names, dense width, a sparse arch with its kernel); other modules need an explicit schema."""
+    arch = getattr(model, "sparse_arch", None)
+    return (
+        all(hasattr(model, a) for a in ("schema", "sparse_names", "num_dense"))
+        and arch is not None
+        and hasattr(arch, "is_fused")
+    )
+
+
+def fused_parts(model: nn.Module) -> list[str]:
+    """Names of the submodules of ``model`` on a fused (FBGEMM, unscriptable) embedding kernel."""
+    out = []
+    for name, m in model.named_modules():
+        flag = getattr(m, "is_fused", False)
+        if (isinstance(flag, bool) and flag) or type(m).__name__ == "FusedEmbeddingBagCollection":
+            out.append(name or "<root>")
+    return out
+
+
+def check_no_fused_parts(model: nn.Module) -> None:
+    """Refuse a module that holds fused-kernel parts (only a whole :class:`RankingModel` is converted)."""
+    parts = fused_parts(model)
+    if parts:
+        raise ValueError(
+            f"{type(model).__name__} holds fused-kernel embedding parts {parts}: the fused kernel is not "
+            "scriptable; build its ranking models with the plain kernel (or convert each with to_plain_kernel)"
+        )
 
 
 # -- inputs --------------------------------------------------------------------------------
@@ -194,10 +239,9 @@ def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
     fused = model.sparse_arch
     if not fused.is_fused:
         return model
-    configs = fused.embedding_bag_collection.embedding_bag_configs()
-    pooling = "mean" if configs and configs[0].pooling == PoolingType.MEAN else "sum"
     device = model_device(model)
-    plain = SparseArch(model.schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN, pooling=pooling)).to(device)
+    # the same settings (pooling, frequency blocks), the plain kernel
+    plain = SparseArch(model.schema, dataclasses.replace(fused.config, kernel=EmbeddingKernel.PLAIN)).to(device)
     plain.load_state_dict({k: v.detach().clone() for k, v in fused.state_dict().items()})
     out = copy.deepcopy(model, memo={id(fused): plain})  # the fused arch is never copied
     plain.train(fused.training)
@@ -231,18 +275,31 @@ class ExportResult:
     converted_from_fused: bool
 
 
-def export_schema(model: RankingModel, preprocessor: Preprocessor) -> Schema:
+def _model_schema(model: nn.Module, preprocessor: Preprocessor, schema: Schema | None) -> Schema:
+    if schema is not None:
+        return schema
+    if _is_ranking_model(model):
+        return model.schema
+    return preprocessor.fitted_schema
+
+
+def export_schema(model: nn.Module, preprocessor: Preprocessor, schema: Schema | None = None) -> Schema:
     """The preprocessor's fitted schema restricted to, and ordered like, the model's features.
 
     Embedding dims come from the model (it may have been built with other dims); vocabulary
     sizes must agree. Raises ``ValueError`` when model and preprocessor do not match.
+
+    Args:
+        schema: the model's input schema; default ``model.schema`` for a :class:`RankingModel`,
+            the preprocessor's fitted schema for another ranking module.
     """
     fitted = preprocessor.fitted_schema
-    missing = [n for n in model.schema.names if n not in fitted.names]
+    model_schema = _model_schema(model, preprocessor, schema)
+    missing = [n for n in model_schema.names if n not in fitted.names]
     if missing:
         raise ValueError(f"model features {missing} are not in the preprocessor's schema {fitted.names}")
     feats = []
-    for f in model.schema.features:
+    for f in model_schema.features:
         p = fitted[f.name]
         if p.kind is not f.kind or (f.is_sparse and p.num_embeddings != f.num_embeddings):
             raise ValueError(
@@ -250,13 +307,20 @@ def export_schema(model: RankingModel, preprocessor: Preprocessor) -> Schema:
                 f"preprocessor has kind={p.kind.value}, num_embeddings={p.num_embeddings}"
             )
         feats.append(replace(p, embedding_dim=f.embedding_dim))
-    schema = replace(fitted, features=tuple(feats))
-    if schema.sparse_names != list(model.sparse_names):
-        raise ValueError(f"sparse order {schema.sparse_names} != model order {model.sparse_names}")
-    return schema
+    out = replace(fitted, features=tuple(feats))
+    order = list(model.sparse_names) if hasattr(model, "sparse_names") else model_schema.sparse_names
+    if out.sparse_names != order:
+        raise ValueError(f"sparse order {out.sparse_names} != model order {order}")
+    return out
 
 
-def _schema_json(model: RankingModel, pre: Preprocessor, schema: Schema, metadata: dict[str, Any]) -> dict[str, Any]:
+def _trained_kernel(model: nn.Module) -> str:
+    if _is_ranking_model(model):
+        return model.sparse_arch.kernel.value
+    return EmbeddingKernel.PLAIN.value  # other ranking modules hold no fused part (checked)
+
+
+def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: dict[str, Any]) -> dict[str, Any]:
     import recsys
 
     return {
@@ -265,7 +329,7 @@ def _schema_json(model: RankingModel, pre: Preprocessor, schema: Schema, metadat
         "torch_version": torch.__version__,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "model_class": type(model).__name__,
-        "trained_kernel": model.sparse_arch.kernel.value,
+        "trained_kernel": _trained_kernel(model),
         "label": schema.label,
         "sparse_features": schema.sparse_names,
         "dense_features": schema.dense_names,
@@ -323,10 +387,11 @@ def _atomic_dir(output_dir: Path) -> Iterator[Path]:
 
 
 def export_model(
-    model: RankingModel,
+    model: nn.Module,
     preprocessor: Preprocessor,
     output_dir: str | Path,
     metadata: dict[str, Any] | None = None,
+    schema: Schema | None = None,
 ) -> ExportResult:
     """Script ``model`` behind :class:`ServingModule` and write an export directory atomically.
 
@@ -337,23 +402,35 @@ def export_model(
     accelerator is exported from a CPU copy. The model's training flags are left as they were.
 
     Args:
-        model: trained ranking model (plain or fused kernel).
+        model: trained ranking model (plain or fused kernel), or any scriptable ranking module
+            with ``forward(dense, kjt) -> logits`` on plain-kernel parts (e.g. a router over
+            several ranking models; fused parts are refused with ``ValueError``).
         preprocessor: the fitted preprocessor the model was trained with.
         output_dir: export directory (replaced if it holds a previous export).
         metadata: JSON-able extras stored in ``schema.json`` (run id, metrics, ...).
+        schema: the model's input schema (sparse order = the KJT keys it reads, dense width);
+            default ``model.schema`` for a :class:`RankingModel`, else the preprocessor's
+            fitted schema.
 
     Returns:
         ExportResult with the paths and the export-time parity.
     """
     output_dir = Path(output_dir)
-    schema = export_schema(model, preprocessor)
-    plain = to_plain_kernel(model)
+    ranking = _is_ranking_model(model)
+    if ranking:
+        serving_args: dict[str, Any] = {}
+    else:
+        check_no_fused_parts(model)
+        model_schema = _model_schema(model, preprocessor, schema)
+        serving_args = {"feature_names": model_schema.sparse_names, "num_dense": len(model_schema.dense_names)}
+    schema = export_schema(model, preprocessor, schema)
+    plain = to_plain_kernel(model) if ranking else model
     device = model_device(model)
     cpu_model = plain if device.type == "cpu" else (copy.deepcopy(plain) if plain is model else plain).cpu()
     info = _schema_json(model, preprocessor, schema, dict(metadata or {}))
     info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
     with _eval_mode(model, cpu_model):
-        scripted = torch.jit.script(ServingModule(cpu_model))
+        scripted = torch.jit.script(ServingModule(cpu_model, **serving_args))
         diff = 0.0
         for batch_size in (1, 5):
             values, lengths, dense = synthetic_inputs(schema, batch_size, 3, seed=1234 + batch_size)
@@ -375,7 +452,7 @@ def export_model(
         schema_path=output_dir / SCHEMA_FILE,
         loader_path=output_dir / LOADER_FILE,
         max_abs_diff=diff,
-        converted_from_fused=model.sparse_arch.is_fused,
+        converted_from_fused=ranking and model.sparse_arch.is_fused,
     )
 
 

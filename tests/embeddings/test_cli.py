@@ -155,3 +155,47 @@ def test_dims_on_frappe(tmp_cwd: Path, data_dir: Path, capsys: pytest.CaptureFix
     assert 0.0 < searched["test_auc"] < 1.0 and 0.0 < reference["test_auc"] < 1.0  # a few steps: no quality claim
     with_plan = yaml.safe_load((tmp_cwd / "frappe" / "config_with_plan.yaml").read_text())
     assert with_plan["data"]["embedding_dims"] == searched["dims"]
+
+
+def test_ihas_routes_exports_and_logs_the_routed_model(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--method ihas`: search, one model per cluster behind the router, evaluated on the test
+    split, counted as the sum of its cluster models' tables, exported, logged as a nested run."""
+    from mlflow import MlflowClient
+
+    from recsys.export.serving import read_export_schema
+    from recsys.tracking import tracking_uri
+
+    cfg = _config(tmp_cwd)
+    argv = ["dims", "--config", str(cfg), "--method", "ihas", "--output", "out",
+            "--option", "width=8", "--option", "search_epochs=2", "--option", "num_clusters=2",
+            "--option", "retrain_epochs=1", "--", "--trainer.max_epochs=1"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "ihas (routed, 2 clusters)" in out and "uniform-16 (reference)" in out
+    assert "export/ (the routed model for serving)" in out
+    for name in FILES:
+        assert (tmp_cwd / "out" / name).is_file(), name
+    plan = DimensionPlan.load(tmp_cwd / "out" / "plan.json")
+    assert plan.method == "ihas" and sorted(plan.clusters) == [0, 1]
+    summary = json.loads((tmp_cwd / "out" / "summary.json").read_text())
+    searched, reference = summary["points"]
+    # every cluster model's tables count: the plan's count
+    assert searched["embedding_parameters"] == plan.num_parameters() == summary["summary"]["embedding_parameters"]
+    assert 0.5 < searched["test_auc"] <= 1.0 and searched["test_logloss"] > 0 and 0.5 < searched["best_val_auc"]
+    assert set(reference["dims"].values()) == {16}
+    # the routed model's export, with its run id, plan and metrics
+    info = read_export_schema(tmp_cwd / "out" / "export")
+    assert info["model_class"] == "IHASRoutedModel"
+    assert info["metadata"]["run_id"] == searched["run_id"] and info["metadata"]["plan"]["method"] == "ihas"
+    assert info["metadata"]["metrics"]["test_auc"] == searched["test_auc"]
+    # nested runs: the routed model and the reference
+    run_id = out.split("MLflow run: ")[1].split()[0]
+    children = _child_runs("synthetic", run_id)
+    assert sorted(r.info.run_name for r in children) == ["dims-ihas", "dims-reference-uniform-16"]
+    routed_run = next(r for r in children if r.info.run_name == "dims-ihas")
+    assert routed_run.info.run_id == searched["run_id"] and routed_run.info.status == "FINISHED"
+    assert routed_run.data.metrics["embedding_parameters"] == plan.num_parameters()
+    assert routed_run.data.metrics["export_max_abs_diff"] <= 1e-6
+    client = MlflowClient(tracking_uri())
+    assert {"export/model.pt", "export/schema.json", "export/loader.py"} <= {
+        a.path for a in client.list_artifacts(routed_run.info.run_id, "export")}

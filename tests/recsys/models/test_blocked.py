@@ -268,3 +268,18 @@ def test_bad_blocks_through_the_cli_name_the_key(tmp_cwd: Path) -> None:
     name = recipe.schema.sparse[0].name
     with pytest.raises(ValueError, match=rf"model\.embedding_blocks\.{name}\[1\].*gap"):
         recipe.fit(extra_args=[f'--model.embedding_blocks={{"{name}": [[0, 1, 8], [2, -1, 8]]}}'], tracking=False)
+
+
+def test_fused_blocked_model_exports_with_parity() -> None:
+    """to_plain_kernel keeps the blocks: a fused blocked model converts and scripts with parity."""
+    from recsys.export.serving import kjt_to_lists, to_plain_kernel
+
+    torch.manual_seed(0)
+    model = _models("fused")["dcnv2"].eval()
+    plain = to_plain_kernel(model)
+    assert not plain.sparse_arch.is_fused and plain.embedding_parameters() == model.embedding_parameters()
+    kjt, dense = make_kjt(batch=11, seed=4), torch.randn(11, 1)
+    values, lengths = kjt_to_lists(kjt, plain.sparse_names)
+    scripted = torch.jit.script(ServingModule(plain))
+    expected = torch.sigmoid(model(dense, kjt))
+    torch.testing.assert_close(scripted(values, lengths, dense), expected, rtol=0, atol=ATOL)
