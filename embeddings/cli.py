@@ -181,9 +181,6 @@ class DimsComparison:
 
     def plot(self) -> Figure:
         """Test AUC against embedding parameters, the reference point marked."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
         fig, ax = plt.subplots(figsize=(5.5, 3.8))

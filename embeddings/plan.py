@@ -473,9 +473,6 @@ class DimensionPlan:
     def plot(self, schema: Schema | None = None, ax: Any = None) -> Figure:
         """Bar chart of the per-feature dims (one bar group per cluster for a cluster plan;
         block dims of a blocked feature as dots over its bar)."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
         import numpy as np
 

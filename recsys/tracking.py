@@ -132,9 +132,6 @@ class RunTracker:
 
 
 def _training_curve(history: list[dict[str, float]]) -> Figure:
-    import matplotlib
-
-    matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_loss, ax_auc) = plt.subplots(1, 2, figsize=(9, 3.2))

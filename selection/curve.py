@@ -184,9 +184,6 @@ class SelectionCurve:
     # -- rendering -----------------------------------------------------------------------------
     def plot(self, ax: Any = None) -> Figure:
         """Test AUC vs k: the ranking, each random ranking (grey) and the all-features level."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
         if ax is None:

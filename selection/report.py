@@ -225,9 +225,6 @@ class ImportanceReport:
     # -- rendering -----------------------------------------------------------------------------
     def plot(self, top: int | None = 40, ax: Any = None) -> Figure:
         """Horizontal bar chart of the scores (error bars where there is uncertainty)."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
         rows = self.features[:top] if top else self.features
@@ -250,9 +247,6 @@ class ImportanceReport:
     def plot_redundancy(self, ax: Any = None) -> Figure:
         """Heatmap of the feature-feature redundancy matrix in ``extras["redundancy"]``
         (OutRank), rows and columns in ranking order."""
-        import matplotlib
-
-        matplotlib.use("Agg", force=False)
         import matplotlib.pyplot as plt
 
         red = self.extras.get("redundancy")
