@@ -81,3 +81,29 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     cost = result["cost"]
     assert cost["leap_seconds"] > 0 and cost["permutation_val"]["total_seconds"] > 0
     assert "| plain training run |" in (tmp_path / "selection_quick.md").read_text()
+
+
+def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
+    """The embedding-dims benchmark runs end to end at tiny size (numbers meaningless)."""
+    from experiments.benchmarks import dims as bench
+    from tests.conftest import require_dataset
+
+    require_dataset(data_dir, "criteo-kaggle-head10k")
+    assert bench.main(["--quick", "--output-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "dims_quick.json").read_text())
+    assert result["quick"] and set(result["runs"]) == set(bench.QUICK["runs"])
+    assert {"command", "date", "hardware", "versions", "targets", "overall", "seconds"} <= set(result)
+    for run in result["runs"].values():
+        summary = run["summary"]
+        assert set(summary) == set(bench.METHODS)
+        assert summary["uniform-16"]["parameter_ratio"] == pytest.approx(1.0)
+        for method in ("mde", "dnis", "ihas"):  # matched budgets: half of uniform-16 at most
+            assert summary[method]["embedding_parameters_mean"] <= run["budget"]
+            assert 0.0 < summary[method]["test_auc_mean"] < 1.0
+        for method in ("dnis", "ihas"):
+            assert summary[method]["search_vs_plain_run_mean"] > 0
+        assert set(run["verdicts"]) >= {"dnis_matches_uniform16_at_half", "ihas_matches_dnis"}
+        assert len(run["points"]) == len(bench.METHODS) * len(run["seeds"])
+    assert (tmp_path / "dims_quick.png").exists()
+    markdown = (tmp_path / "dims_quick.md").read_text()
+    assert "| dnis |" in markdown and "| ihas |" in markdown and "## Targets" in markdown

@@ -1,0 +1,404 @@
+"""Embedding-dimension benchmark: uniform dims, MDE, DNIS and iHAS at matched budgets.
+
+    python -m experiments.benchmarks.dims              # everything (needs SALIENCE_DATA_DIR)
+    python -m experiments.benchmarks.dims --datasets frappe --seeds 1
+    python -m experiments.benchmarks.dims --quick      # smoke run (not a result)
+
+For every (dataset, backbone) run (Frappe, Criteo head-10k and MovieLens-100K with DCNv2,
+Criteo head-10k with DLRM too; the committed configs with fewer epochs, see ``RUNS``) and every
+seed, one process trains:
+
+* **uniform-4, -8, -16**: every feature at one dim (uniform-16 is the reference);
+* **mde**: the Mixed-Dimension-Embeddings frequency-power plan (alpha 0.3) under the budget;
+* **dnis**: a DNIS search (warm start + bi-level mask search over 4 frequency blocks) whose
+  plan is cut to the budget and then retrained by the same ``salience fit`` path as the
+  baselines;
+* **ihas**: an iHAS search (straight-through gates, 2 K-means clusters) cut to the budget
+  (summed over the cluster models), one model retrained per cluster, the routed model
+  evaluated on the test split (as ``salience dims --method ihas`` does).
+
+The budget is half of the uniform-16 model's embedding parameters (``budget_of(schema, 16) // 2``)
+for mde, dnis and ihas. Results: mean +/- std over seeds of embedding parameters and test
+AUC / log loss, the parameter ratio and AUC delta against uniform-16, the issue's target
+verdicts computed from those numbers, and the search cost against one plain training run
+(uniform-16, same seed, same process). One JSON (``experiments/results/dims.json``), one
+table (``.md``) and one parameters-vs-AUC plot (``dims.png``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+#: the issue's targets
+TARGETS = {
+    "dnis_auc_tolerance_vs_uniform16": 0.001,  # DNIS test AUC >= uniform-16's - 0.001 ...
+    "dnis_parameter_ratio_max": 0.5,  # ... with at most half its embedding parameters
+    "ihas_matches_dnis_on_at_least": 1,  # iHAS AUC >= DNIS AUC (same budget) on >= 1 run
+}
+UNIFORM_DIMS = (4, 8, 16)
+REFERENCE_DIM = 16
+METHODS = tuple(f"uniform-{d}" for d in UNIFORM_DIMS) + ("mde", "dnis", "ihas")
+#: (dataset, arch) -> committed config and the overrides that fit the 20-minute budget
+RUNS: dict[str, dict[str, Any]] = {
+    "frappe/dcnv2": {"dataset": "frappe", "arch": "dcnv2", "config": "frappe_dcnv2.yaml",
+                     "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.learning_rate=0.002"]},
+    "criteo/dcnv2": {"dataset": "criteo", "arch": "dcnv2", "config": "criteo_dcnv2.yaml",
+                     "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
+    "movielens/dcnv2": {"dataset": "movielens", "arch": "dcnv2", "config": "movielens_dcnv2.yaml",
+                        "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.learning_rate=0.002"]},
+    "criteo/dlrm": {"dataset": "criteo", "arch": "dlrm", "config": "criteo_dlrm.yaml",
+                    "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
+}
+#: search settings (small: the whole benchmark has 20 minutes on 2 cores)
+DNIS_OPTIONS: dict[str, Any] = {"warm_start_epochs": 1, "search_epochs": 2}
+IHAS_OPTIONS: dict[str, Any] = {"num_clusters": 2, "search_epochs": 2, "retrain_epochs": 3}
+QUICK = {"runs": ["criteo/dcnv2", "criteo/dlrm"], "epochs": 1, "seeds": 1,
+         "dnis": {"warm_start_epochs": 1, "search_epochs": 1}, "ihas": {"search_epochs": 1, "retrain_epochs": 1}}
+
+
+def _point(method: str, seed: int, params: int, test_auc: float, test_logloss: float, seconds: float,
+           dims: dict[str, int], **extra: Any) -> dict[str, Any]:
+    return {"method": method, "seed": seed, "embedding_parameters": int(params), "test_auc": float(test_auc),
+            "test_logloss": float(test_logloss), "seconds": round(float(seconds), 2), "dims": dict(dims), **extra}
+
+
+def _fit_point(recipe: Any, plan: Any, method: str, seed: int, **extra: Any) -> dict[str, Any]:
+    fit = recipe.fit(extra_args=plan.to_config_overrides(), seed=seed, tracking=False, run_name=f"{method}-s{seed}")
+    m = fit.metrics
+    return _point(method, seed, fit.task.model.embedding_parameters(), m.get("test_auc", float("nan")),
+                  m.get("test_logloss", float("nan")), fit.seconds, plan.dims,
+                  plan_parameters=int(plan.num_parameters(recipe.schema)), **extra)
+
+
+def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str, Any]:
+    """Every method and seed of one (dataset, arch) run."""
+    from embeddings import DNIS, IHAS, MDEDims, budget_of, uniform_plan
+    from embeddings.cli import evaluate_logits
+    from recsys.train.recipe import Recipe
+
+    s = RUNS[key]
+    overrides = list(s["overrides"]) + [f"--data.cache_dir={workdir / 'cache'}"]
+    dnis_opts, ihas_opts = dict(DNIS_OPTIONS), dict(IHAS_OPTIONS)
+    if quick:
+        overrides += [f"--trainer.max_epochs={QUICK['epochs']}"]
+        dnis_opts.update(QUICK["dnis"])
+        ihas_opts.update(QUICK["ihas"])
+    recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / key.replace("/", "-"), quiet=True)
+    schema = recipe.schema  # data prepared before any clock starts
+    reference = budget_of(schema, REFERENCE_DIM)
+    budget = reference // 2
+    points: list[dict[str, Any]] = []
+    searches: dict[str, list[dict[str, Any]]] = {"dnis": [], "ihas": []}
+    start = time.perf_counter()
+    mde = MDEDims(alpha=0.3).search(recipe, budget=budget)  # deterministic: one plan for all seeds
+    for seed in seeds:
+        for d in UNIFORM_DIMS:
+            points.append(_fit_point(recipe, uniform_plan(schema, d), f"uniform-{d}", seed))
+            _log(key, points[-1])
+        plain_seconds = points[-1]["seconds"]  # uniform-16: the plain training run
+        points.append(_fit_point(recipe, mde, "mde", seed))
+        _log(key, points[-1])
+
+        # DNIS: search, cut to the budget, retrain through salience fit
+        t = time.perf_counter()
+        plan = DNIS(seed=seed, **dnis_opts).search(recipe, budget=budget)
+        search_seconds = time.perf_counter() - t
+        p = _fit_point(recipe, plan, "dnis", seed, search_seconds=round(search_seconds, 2),
+                       search_vs_plain_run=round(search_seconds / plain_seconds, 2),
+                       total_vs_plain_run=None)
+        p["total_vs_plain_run"] = round((search_seconds + p["seconds"]) / plain_seconds, 2)
+        points.append(p)
+        _log(key, p)
+        searches["dnis"].append({"seed": seed, "blocks": plan.block_lists(), "threshold": plan.extras["threshold"],
+                                 "sweep": plan.extras["sweep"], "warm_start_val_auc": plan.extras["warm_start_val_auc"],
+                                 "searched_val_auc": plan.extras["searched_val_auc"]})
+
+        # iHAS: search, cut to the budget, one model per cluster, routed model on the test split
+        search = IHAS(seed=seed, **ihas_opts)
+        t = time.perf_counter()
+        plan, gate_model = search.search_with_model(recipe, budget=budget)
+        search_seconds = time.perf_counter() - t
+        t = time.perf_counter()
+        routed = search.retrain(recipe, plan, gate_model)
+        retrain_seconds = time.perf_counter() - t
+        test = evaluate_logits(routed, recipe.datamodule.prepared.splits["test"])
+        params = sum(int(m.embedding_parameters()) for m in routed.models)
+        p = _point("ihas", seed, params, test["auc"], test["logloss"], retrain_seconds, plan.dims,
+                   plan_parameters=int(plan.num_parameters(schema)), clusters=len(routed.models),
+                   search_seconds=round(search_seconds, 2),
+                   search_vs_plain_run=round(search_seconds / plain_seconds, 2),
+                   total_vs_plain_run=round((search_seconds + retrain_seconds) / plain_seconds, 2))
+        points.append(p)
+        _log(key, p)
+        searches["ihas"].append({"seed": seed, "clusters": {str(c): d for c, d in plan.clusters.items()},
+                                 "cluster_share": plan.extras["cluster_share"],
+                                 "searched_val_auc": plan.extras["searched_val_auc"]})
+    summary = _summarise(points, reference)
+    return {
+        "dataset": s["dataset"],
+        "arch": s["arch"],
+        "config": f"experiments/configs/{s['config']}",
+        "overrides": s["overrides"] + ([f"--trainer.max_epochs={QUICK['epochs']}"] if quick else []),
+        "dnis_options": dnis_opts,
+        "ihas_options": ihas_opts,
+        "mde_options": {"alpha": 0.3},
+        "seeds": seeds,
+        "fields": len(schema.sparse),
+        "rows": sum(len(recipe.datamodule.prepared.splits[k]) for k in ("train", "val", "test")),
+        "reference_parameters": reference,
+        "budget": budget,
+        "seconds": round(time.perf_counter() - start, 1),
+        "summary": summary,
+        "verdicts": _verdicts(summary),
+        "points": points,
+        "searches": searches,
+    }
+
+
+def _log(key: str, p: dict[str, Any]) -> None:
+    print(f"[dims] {key} seed {p['seed']}: {p['method']}: {p['embedding_parameters']:,} params, test AUC "
+          f"{p['test_auc']:.4f}, {p['seconds']} s" + (f" (+ search {p['search_seconds']} s)" if "search_seconds" in p else ""),
+          flush=True)
+
+
+def _summarise(points: list[dict[str, Any]], reference: int) -> dict[str, dict[str, Any]]:
+    ref_auc = {p["seed"]: p["test_auc"] for p in points if p["method"] == f"uniform-{REFERENCE_DIM}"}
+    out = {}
+    for method in METHODS:
+        ps = [p for p in points if p["method"] == method]
+        if not ps:
+            continue
+        auc = np.array([p["test_auc"] for p in ps])
+        params = np.array([p["embedding_parameters"] for p in ps], dtype=float)
+        delta = np.array([p["test_auc"] - ref_auc[p["seed"]] for p in ps])  # paired by seed
+        row = {
+            "embedding_parameters_mean": float(params.mean()),
+            "embedding_parameters_std": float(params.std()),
+            "parameter_ratio": float(params.mean() / reference),
+            "test_auc_mean": float(auc.mean()),
+            "test_auc_std": float(auc.std()),
+            "auc_delta_vs_uniform16_mean": float(delta.mean()),
+            "auc_delta_vs_uniform16_std": float(delta.std()),
+            "test_logloss_mean": float(np.mean([p["test_logloss"] for p in ps])),
+            "seconds_mean": float(np.mean([p["seconds"] for p in ps])),
+        }
+        if "search_seconds" in ps[0]:
+            row["search_seconds_mean"] = float(np.mean([p["search_seconds"] for p in ps]))
+            row["search_vs_plain_run_mean"] = float(np.mean([p["search_vs_plain_run"] for p in ps]))
+            row["total_vs_plain_run_mean"] = float(np.mean([p["total_vs_plain_run"] for p in ps]))
+        out[method] = row
+    return out
+
+
+def _verdicts(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    ref, dnis, ihas = summary[f"uniform-{REFERENCE_DIM}"], summary["dnis"], summary["ihas"]
+    dnis_ok = (dnis["test_auc_mean"] >= ref["test_auc_mean"] - TARGETS["dnis_auc_tolerance_vs_uniform16"]
+               and dnis["parameter_ratio"] <= TARGETS["dnis_parameter_ratio_max"])
+    return {
+        "dnis_matches_uniform16_at_half": bool(dnis_ok),
+        "ihas_matches_dnis": bool(ihas["test_auc_mean"] >= dnis["test_auc_mean"]),
+        "ihas_minus_dnis_auc": ihas["test_auc_mean"] - dnis["test_auc_mean"],
+        "ihas_over_dnis_parameters": ihas["embedding_parameters_mean"] / dnis["embedding_parameters_mean"],
+    }
+
+
+def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(runs)
+    cols = min(n, 2)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
+    styles = {"mde": ("s", "tab:orange"), "dnis": ("D", "tab:green"), "ihas": ("^", "tab:red")}
+    for ax, (key, r) in zip(axes.ravel(), runs.items()):
+        s = r["summary"]
+        uni = [m for m in s if m.startswith("uniform-")]
+        ax.errorbar([s[m]["embedding_parameters_mean"] for m in uni], [s[m]["test_auc_mean"] for m in uni],
+                    yerr=[s[m]["test_auc_std"] for m in uni], fmt="-o", color="0.4", capsize=3, label="uniform 4/8/16")
+        for m in uni:
+            ax.annotate(m.split("-")[1], (s[m]["embedding_parameters_mean"], s[m]["test_auc_mean"]),
+                        textcoords="offset points", xytext=(4, -10), fontsize=7, color="0.4")
+        for m, (marker, color) in styles.items():
+            if m in s:
+                ax.errorbar([s[m]["embedding_parameters_mean"]], [s[m]["test_auc_mean"]], yerr=[s[m]["test_auc_std"]],
+                            fmt=marker, color=color, capsize=3, markersize=7, label=m)
+        ref = s[f"uniform-{REFERENCE_DIM}"]
+        ax.axhline(ref["test_auc_mean"] - TARGETS["dnis_auc_tolerance_vs_uniform16"], color="black", linestyle=":",
+                   linewidth=0.8, label="uniform-16 AUC - 0.001")
+        ax.axvline(r["budget"], color="black", linestyle="--", linewidth=0.8, label="budget (half of uniform-16)")
+        ax.set_xscale("log")
+        ax.set_xlabel("embedding parameters")
+        ax.set_ylabel("test AUC")
+        ax.set_title(f"{r['dataset']} / {r['arch']} ({len(r['seeds'])} seeds)", fontsize=10)
+        ax.legend(fontsize=7, loc="lower right")
+    for ax in axes.ravel()[n:]:
+        ax.axis("off")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _pm(mean: float, std: float, digits: int = 4) -> str:
+    return f"{mean:.{digits}f} +/- {std:.{digits}f}"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Embedding dims: uniform, MDE, DNIS and iHAS at matched budgets",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
+        f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}; wall time {result['seconds']} s.",
+        "",
+        f"Budget of mde, dnis and ihas: half of the uniform-16 model's embedding parameters. Targets: DNIS test AUC "
+        f">= uniform-16's - {TARGETS['dnis_auc_tolerance_vs_uniform16']} with <= {TARGETS['dnis_parameter_ratio_max']}x "
+        "its embedding parameters; iHAS test AUC >= DNIS's at the same budget on at least one run. Means +/- std over "
+        "seeds; the AUC delta is paired by seed. Cost: search seconds / the seconds of one plain training run "
+        "(uniform-16, same seed and epochs); for iHAS the retraining of the cluster models replaces the plain retrain.",
+        "",
+        "![parameters vs AUC](dims.png)",
+        "",
+    ]
+    for key, r in result["runs"].items():
+        s, v = r["summary"], r["verdicts"]
+        lines += [
+            f"## {r['dataset']} / {r['arch']} (`{r['config']}` with {' '.join(r['overrides'])}; {r['fields']} sparse "
+            f"fields; seeds {r['seeds']}; {r['seconds']} s)",
+            "",
+            f"Uniform-16: {r['reference_parameters']:,} embedding parameters; budget {r['budget']:,}. "
+            f"DNIS {r['dnis_options']}; iHAS {r['ihas_options']}.",
+            "",
+            "| method | embedding params | x uniform-16 | test AUC | AUC - uniform-16 | test log loss | train s | search s | search / plain run | search+retrain / plain run |",
+            "|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for m, row in s.items():
+            search = (f"{row['search_seconds_mean']:.1f} | {row['search_vs_plain_run_mean']:.2f} | "
+                      f"{row['total_vs_plain_run_mean']:.2f}") if "search_seconds_mean" in row else "- | - | -"
+            lines.append(
+                f"| {m} | {row['embedding_parameters_mean']:,.0f} | {row['parameter_ratio']:.3f} | "
+                f"{_pm(row['test_auc_mean'], row['test_auc_std'])} | "
+                f"{row['auc_delta_vs_uniform16_mean']:+.4f} +/- {row['auc_delta_vs_uniform16_std']:.4f} | "
+                f"{row['test_logloss_mean']:.4f} | {row['seconds_mean']:.1f} | {search} |"
+            )
+        d = s["dnis"]
+        lines += [
+            "",
+            f"- DNIS vs uniform-16: {d['parameter_ratio']:.3f}x the parameters, AUC {d['auc_delta_vs_uniform16_mean']:+.4f}: "
+            f"**{'met' if v['dnis_matches_uniform16_at_half'] else 'NOT met'}**",
+            f"- iHAS vs DNIS: AUC {v['ihas_minus_dnis_auc']:+.4f} at {v['ihas_over_dnis_parameters']:.3f}x DNIS's parameters: "
+            f"**{'matches' if v['ihas_matches_dnis'] else 'below'}**",
+            "",
+        ]
+    o = result.get("overall")
+    if o:
+        lines += [
+            "## Targets",
+            "",
+            f"- DNIS reaches uniform-16's AUC (within 0.001) with at most half its parameters: "
+            f"**{'met' if o['dnis_target_met'] else 'NOT met'}** (met on: {', '.join(o['dnis_met_on']) or 'none'}; "
+            f"missed on: {', '.join(o['dnis_missed_on']) or 'none'})",
+            f"- iHAS at least matches DNIS's AUC at the same budget on at least one run: "
+            f"**{'met' if o['ihas_target_met'] else 'NOT met'}** (matches on: {', '.join(o['ihas_matches_on']) or 'none'})",
+            "",
+        ]
+    if result.get("notes"):
+        lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", default=",".join(RUNS),
+                        help=f"comma-separated (dataset/arch) runs, of: {', '.join(RUNS)}")
+    parser.add_argument("--datasets", default=None, help="comma-separated: keep only the runs on these datasets")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per run (0..N-1)")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true",
+                        help="smoke run: Criteo head-10k (DCNv2 and DLRM), 1 seed, 1 epoch (not a result)")
+    args = parser.parse_args(argv)
+
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    from experiments.benchmarks.quality import _hardware, _versions
+
+    keys = [k.strip() for k in args.parts.split(",") if k.strip()]
+    if args.quick and args.parts == parser.get_default("parts"):
+        keys = list(QUICK["runs"])
+    unknown = [k for k in keys if k not in RUNS]
+    if unknown:
+        parser.error(f"unknown run(s) {unknown}; available: {', '.join(RUNS)}")
+    if args.datasets:
+        wanted = {d.strip() for d in args.datasets.split(",") if d.strip()}
+        keys = [k for k in keys if RUNS[k]["dataset"] in wanted]
+    seeds = list(range(QUICK["seeds"] if args.quick else args.seeds))
+    args.output_dir = args.output_dir.resolve()
+    start = time.perf_counter()
+    result: dict[str, Any] = {
+        "benchmark": "dims",
+        "command": "python -m experiments.benchmarks.dims " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
+        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "hardware": _hardware(),
+        "versions": _versions(),
+        "quick": args.quick,
+        "targets": TARGETS,
+        "runs": {},
+    }
+    name = "dims_quick" if args.quick else "dims"
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="salience-dims-") as tmp:
+        work = Path(tmp)
+        import os
+
+        # MLflow (database and ./mlruns artifacts) and run folders stay in the temporary folder
+        previous_cwd, previous_uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
+        os.chdir(work)
+        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
+        try:
+            for key in keys:
+                result["runs"][key] = run_one(key, work, seeds, args.quick)
+        finally:
+            os.chdir(previous_cwd)
+            if previous_uri is None:
+                os.environ.pop("MLFLOW_TRACKING_URI", None)
+            else:
+                os.environ["MLFLOW_TRACKING_URI"] = previous_uri
+    runs = result["runs"]
+    if runs:
+        dnis_met = [k for k, r in runs.items() if r["verdicts"]["dnis_matches_uniform16_at_half"]]
+        ihas_on = [k for k, r in runs.items() if r["verdicts"]["ihas_matches_dnis"]]
+        result["overall"] = {
+            "dnis_target_met": len(dnis_met) == len(runs),
+            "dnis_met_on": dnis_met,
+            "dnis_missed_on": [k for k in runs if k not in dnis_met],
+            "ihas_target_met": len(ihas_on) >= TARGETS["ihas_matches_dnis_on_at_least"],
+            "ihas_matches_on": ihas_on,
+        }
+        plot(runs, args.output_dir / f"{name}.png")
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    from recsys.io import atomic_write_json, atomic_write_text
+
+    atomic_write_json(args.output_dir / f"{name}.json", result)
+    md = to_markdown(result).replace("(dims.png)", f"({name}.png)")
+    atomic_write_text(args.output_dir / f"{name}.md", md)
+    print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
