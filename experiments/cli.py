@@ -5,9 +5,9 @@
     salience rank --config CFG --method outrank|permutation|leap
     salience select --config CFG --method M --k 2,4,8
     salience quality DATA... | --config CFG
-    salience dims --config CFG --method uniform|mde|dnis --budget 0.5x16
     salience demo
-    salience bench throughput|quality|selection [ARGS]
+    salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
+    salience bench throughput|quality|selection|dims [ARGS]
 
 ``fit`` and friends are LightningCLI subcommands (see ``salience fit --help``); the others are
 plain argparse commands (each has ``--help``).
@@ -74,14 +74,16 @@ def _quality(argv: Sequence[str]) -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument("name", choices=["throughput", "quality", "selection"])
+    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims"])
     args, rest = parser.parse_known_args(argv)
     if args.name == "throughput":
         from experiments.benchmarks.train_throughput import main as bench_main
     elif args.name == "quality":
         from experiments.benchmarks.quality import main as bench_main
-    else:
+    elif args.name == "selection":
         from experiments.benchmarks.selection import main as bench_main
+    else:
+        from experiments.benchmarks.dims import main as bench_main
     return int(bench_main(rest) or 0)
 
 
@@ -90,9 +92,9 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "rank": (_rank, "rank features by importance (outrank, permutation, leap) and write the report"),
     "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
     "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
-    "dims": (_dims, "search per-feature embedding dims (uniform, mde, dnis), retrain, compare with uniform-16"),
+    "dims": (_dims, "search embedding dims (uniform, mde, dnis, ihas), retrain, compare with uniform-16"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality, selection)"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims)"),
 }
 
 
