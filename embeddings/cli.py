@@ -378,14 +378,21 @@ def dims_main(argv: Sequence[str]) -> int:
                         help="reference model: a uniform dim (default 16) or 'config' for the config's own dims")
     parser.add_argument("--output", default=None, help="output folder (default: runs/dims/<dataset>-<method>)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    parser.add_argument("--curve", default=None, metavar="BUDGETS",
+                        help="dnis only: also retrain the searched masks cut at these budgets (e.g. 0.25x16,0.75x16) "
+                             "for the parameters-vs-AUC curve across thresholds")
     own, passthrough = _split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
 
+    from embeddings.dnis import replan
     from recsys.train.recipe import Recipe
 
     if args.method not in search_names():
         raise SystemExit(f"salience dims: unknown --method {args.method!r}; available: {', '.join(search_names())}")
+    curve_budgets = [t.strip() for t in (args.curve or "").split(",") if t.strip()]
+    if curve_budgets and args.method != "dnis":
+        raise SystemExit("salience dims: --curve cuts DNIS masks at other budgets; it needs --method dnis")
     try:
         search = get_search(args.method, **_parse_options(args.option))
     except TypeError as e:
@@ -437,6 +444,10 @@ def dims_main(argv: Sequence[str]) -> int:
         else:
             fit = _fit(recipe, plan, f"dims-{args.method}", tracking)
             points = [DimsPoint.from_fit(args.method, fit, plan.dims)]
+            for text in curve_budgets:
+                cut = replan(plan, parse_budget(text, schema))
+                cut_fit = _fit(recipe, cut, f"dims-{args.method}-{text}", tracking)
+                points.append(DimsPoint.from_fit(f"{args.method} @ {text}", cut_fit, cut.dims))
             if reference.dims == plan.dims:  # the same model: train it once
                 ref_fit = fit
             else:

@@ -84,6 +84,7 @@ __all__ = [
     "mask_tables",
     "normalize_alpha_grads",
     "plan_parameters",
+    "replan",
 ]
 
 #: added to the mean absolute gradient of a block row before dividing by it (reference value)
@@ -449,17 +450,7 @@ class DNIS(DimensionSearch):
         sweep_t = sorted({float(t) for t in quantiles})
         sweep = [{"threshold": t, "parameters": params(t), "val_auc": auc_at(t)} for t in sweep_t]
         if budget is not None:
-            # the smallest threshold (most parameters) within the budget: params(t) does not
-            # grow with t, so bisect over the sorted alpha values (above them all, every block
-            # has 4 dims, which check_budget guaranteed fits)
-            lo, hi = 0, len(values)
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if params(float(values[mid])) <= budget:
-                    hi = mid
-                else:
-                    lo = mid + 1
-            threshold = float(values[lo]) if lo < len(values) else float(np.nextafter(values[-1], np.inf))
+            threshold = _threshold_for_budget(alpha_np, bounds, budget)
         elif self.auc_tolerance is not None:
             ok = [s["threshold"] for s in sweep if s["val_auc"] >= searched_auc - float(self.auc_tolerance)]
             threshold = max(ok) if ok else 0.0
@@ -468,15 +459,9 @@ class DNIS(DimensionSearch):
         if all(abs(s["threshold"] - threshold) > 0 for s in sweep):
             sweep.append({"threshold": threshold, "parameters": params(threshold), "val_auc": auc_at(threshold)})
             sweep.sort(key=lambda s: s["threshold"])
-        dims = derive_dims(alpha_np, threshold)
-        plan_blocks = {n: _to_plan_blocks(bounds[n], dims[n]) for n in dims}
-        return DimensionPlan(
-            dims={n: max(d) for n, d in dims.items()},
-            blocks={n: b for n, b in plan_blocks.items() if len(b) > 1},
-            method=self.name,
-            dataset=schema.name,
-            num_embeddings={f.name: int(f.num_embeddings or 0) for f in schema.sparse},
-            config={**self.describe(), "budget": budget},
+        return _plan_at(
+            alpha_np, bounds, threshold, self.name, schema.name,
+            {f.name: int(f.num_embeddings or 0) for f in schema.sparse}, {**self.describe(), "budget": budget},
             extras={
                 "alpha": {n: a.tolist() for n, a in alpha_np.items()},
                 "block_bounds": {n: [list(b) for b in bl] for n, bl in bounds.items()},
@@ -487,6 +472,65 @@ class DNIS(DimensionSearch):
                 "search_seconds": time.perf_counter() - start,
             },
         )
+
+
+def _threshold_for_budget(alpha: dict[str, np.ndarray], bounds: dict[str, list[tuple[int, int]]], budget: int) -> float:
+    """The smallest mask threshold (most parameters) whose derived dims fit ``budget``.
+
+    The parameter count does not grow with the threshold, so bisect over the sorted mask
+    values; above them all every block has 4 dims (``check_budget`` guarantees that fits).
+    """
+    values = np.unique(np.concatenate([a.ravel() for a in alpha.values()] + [np.zeros(1)]))
+    lo, hi = 0, len(values)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if plan_parameters(derive_dims(alpha, float(values[mid])), bounds) <= budget:
+            hi = mid
+        else:
+            lo = mid + 1
+    return float(values[lo]) if lo < len(values) else float(np.nextafter(values[-1], np.inf))
+
+
+def _plan_at(
+    alpha: dict[str, np.ndarray],
+    bounds: dict[str, list[tuple[int, int]]],
+    threshold: float,
+    method: str,
+    dataset: str,
+    num_embeddings: dict[str, int],
+    config: dict[str, Any],
+    extras: dict[str, Any],
+) -> DimensionPlan:
+    """The plan of searched masks cut at ``threshold`` (blocks only where dims differ)."""
+    dims = derive_dims(alpha, threshold)
+    plan_blocks = {n: _to_plan_blocks(bounds[n], dims[n]) for n in dims}
+    return DimensionPlan(
+        dims={n: max(d) for n, d in dims.items()},
+        blocks={n: b for n, b in plan_blocks.items() if len(b) > 1},
+        method=method,
+        dataset=dataset,
+        num_embeddings=num_embeddings,
+        config=config,
+        extras={**extras, "threshold": threshold},
+    )
+
+
+def replan(plan: DimensionPlan, budget: int) -> DimensionPlan:
+    """The plan the same searched masks give under another ``budget`` (no new search).
+
+    Uses the masks and block bounds a :class:`DNIS` search stored in ``plan.extras``; this is
+    how the parameters-vs-AUC curve across thresholds is drawn with one search.
+    """
+    if "alpha" not in plan.extras or "block_bounds" not in plan.extras:
+        raise ValueError("replan needs a DNIS plan (extras['alpha'] and extras['block_bounds'])")
+    alpha = {n: np.asarray(a, dtype=np.float64) for n, a in plan.extras["alpha"].items()}
+    bounds = {n: [tuple(b) for b in bl] for n, bl in plan.extras["block_bounds"].items()}
+    minimum = plan_parameters({n: [4] * len(bounds[n]) for n in bounds}, bounds)
+    if budget < minimum:
+        raise DimensionPlanError(f"budget {budget:,} is below {minimum:,}, one dim of 4 per block; raise the budget")
+    threshold = _threshold_for_budget(alpha, bounds, int(budget))
+    return _plan_at(alpha, bounds, threshold, plan.method, plan.dataset, dict(plan.num_embeddings),
+                    {**plan.config, "budget": int(budget)}, dict(plan.extras))
 
 
 def _bce(model: nn.Module, batch: Any) -> torch.Tensor:

@@ -199,3 +199,22 @@ def test_ihas_routes_exports_and_logs_the_routed_model(tmp_cwd: Path, capsys: py
     client = MlflowClient(tracking_uri())
     assert {"export/model.pt", "export/schema.json", "export/loader.py"} <= {
         a.path for a in client.list_artifacts(routed_run.info.run_id, "export")}
+
+
+def test_dnis_curve_retrains_the_masks_at_other_budgets(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import yaml
+
+    from tests.selection.conftest import tiny_config
+
+    cfg = tmp_cwd / "tiny.yaml"
+    cfg.write_text(yaml.safe_dump(tiny_config(n_rows=4000, epochs=1)))
+    argv = ["dims", "--config", str(cfg), "--method", "dnis", "--budget", "0.75x8", "--curve", "0.55x8,1x8",
+            "--option", "warm_start_epochs=1", "--option", "search_epochs=1", "--no-tracking", "--output", "out"]
+    assert main(argv) == 0
+    summary = json.loads((tmp_cwd / "out" / "summary.json").read_text())
+    labels = [p["label"] for p in summary["points"]]
+    assert labels[:3] == ["dnis", "dnis @ 0.55x8", "dnis @ 1x8"] and "reference" in labels[-1]
+    params = {p["label"]: p["embedding_parameters"] for p in summary["points"]}
+    assert params["dnis @ 0.55x8"] <= params["dnis"] <= params["dnis @ 1x8"]
+    with pytest.raises(SystemExit, match="needs --method dnis"):
+        main(["dims", "--config", str(cfg), "--method", "mde", "--curve", "0.55x8"])

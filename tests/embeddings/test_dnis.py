@@ -290,3 +290,21 @@ def test_auc_tolerance_picks_the_largest_threshold_within_tolerance(recipe: Reci
 def test_budget_below_one_dim_per_feature_is_refused_before_training(recipe: Recipe) -> None:
     with pytest.raises(DimensionPlanError, match="smaller than one dim"):
         DNIS(**SEARCH).search(recipe, budget=min_budget(recipe.schema) - 1)
+
+
+def test_replan_cuts_the_same_masks_at_other_budgets(recipe: Recipe, searched: tuple[DimensionPlan, int]) -> None:
+    from embeddings.dnis import replan
+
+    plan, budget = searched
+    schema = recipe.schema
+    same = replan(plan, budget)
+    assert same.dims == plan.dims and same.blocks == plan.blocks  # the search's own cut
+    bigger = replan(plan, budget * 3 // 2)
+    smaller = replan(plan, budget // 2)
+    assert smaller.num_parameters(schema) <= budget // 2 < plan.num_parameters(schema) <= budget
+    assert plan.num_parameters(schema) <= bigger.num_parameters(schema) <= budget * 3 // 2
+    assert bigger.extras["threshold"] <= plan.extras["threshold"] <= smaller.extras["threshold"]
+    with pytest.raises(DimensionPlanError, match="one dim of 4 per block"):
+        replan(plan, 10)
+    with pytest.raises(ValueError, match="needs a DNIS plan"):
+        replan(DimensionPlan(dims={"item_id": 8}), budget)
