@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from embeddings.plan import DimensionPlan
+from recsys.argv import parse_options, split_passthrough
 from recsys.data.schema import Schema
 from recsys.io import atomic_write_text
 
@@ -240,26 +241,6 @@ def _json_safe(obj: Any) -> Any:
     return obj
 
 
-def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    argv = list(argv)
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1 :]
-    return argv, []
-
-
-def _parse_options(items: Sequence[str]) -> dict[str, Any]:
-    import yaml
-
-    options: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"--option expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        options[key.strip()] = yaml.safe_load(value)
-    return options
-
-
 def _reference_plan(text: str, schema: Schema) -> DimensionPlan:
     from embeddings.baselines import uniform_plan
 
@@ -287,24 +268,11 @@ def _routes(search: Any) -> bool:
 
 
 def evaluate_logits(model: Any, data: Any, batch_size: int = 4096) -> dict[str, float]:
-    """``auc`` (torchmetrics ``binary_auroc``, the metric the trainer logs) and ``logloss``
-    (mean BCE on the logits) of a ``forward(dense, kjt) -> logits`` module on encoded data."""
-    import torch
-    from torch.nn.functional import binary_cross_entropy_with_logits
-    from torchmetrics.functional.classification import binary_auroc
+    """``auc`` and ``logloss`` of a ``forward(dense, kjt) -> logits`` module on encoded data
+    (:func:`recsys.train.evaluation.evaluate`)."""
+    from recsys.train.evaluation import evaluate
 
-    from recsys.data.batching import BatchDataset
-
-    was_training = model.training
-    model.eval()
-    logits, labels = [], []
-    with torch.no_grad():
-        for batch in BatchDataset(data, batch_size):
-            logits.append(model(batch.dense_features, batch.sparse_features))
-            labels.append(batch.labels)
-    model.train(was_training)
-    z, y = torch.cat(logits).float(), torch.cat(labels).float()
-    return {"auc": float(binary_auroc(z, y.long())), "logloss": float(binary_cross_entropy_with_logits(z, y))}
+    return evaluate(model, data, batch_size)
 
 
 def _retrain_routed(
@@ -381,7 +349,7 @@ def dims_main(argv: Sequence[str]) -> int:
     parser.add_argument("--curve", default=None, metavar="BUDGETS",
                         help="dnis only: also retrain the searched masks cut at these budgets (e.g. 0.25x16,0.75x16) "
                              "for the parameters-vs-AUC curve across thresholds")
-    own, passthrough = _split_passthrough(argv)
+    own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
 
@@ -394,7 +362,7 @@ def dims_main(argv: Sequence[str]) -> int:
     if curve_budgets and args.method != "dnis":
         raise SystemExit("salience dims: --curve cuts DNIS masks at other budgets; it needs --method dnis")
     try:
-        search = get_search(args.method, **_parse_options(args.option))
+        search = get_search(args.method, **parse_options(args.option))
     except TypeError as e:
         raise SystemExit(f"--option: {e}") from None
     recipe = Recipe(args.config, overrides, workdir=Path("runs") / "dims" / "fits", quiet=True)

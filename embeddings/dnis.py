@@ -540,16 +540,6 @@ def _bce(model: nn.Module, batch: Any) -> torch.Tensor:
 
 def _evaluate(model: nn.Module, data: EncodedData, batch_size: int) -> float:
     """Validation AUC of ``model`` on ``data`` (eval mode, no gradients)."""
-    from torchmetrics.functional.classification import binary_auroc
+    from recsys.train.evaluation import evaluate
 
-    from recsys.data.batching import BatchDataset
-
-    was_training = model.training
-    model.eval()
-    scores, labels = [], []
-    with torch.no_grad():
-        for batch in BatchDataset(data, batch_size):
-            scores.append(model(batch.dense_features, batch.sparse_features))
-            labels.append(batch.labels)
-    model.train(was_training)
-    return float(binary_auroc(torch.cat(scores), torch.cat(labels).long()))
+    return evaluate(model, data, batch_size)["auc"]

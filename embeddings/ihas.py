@@ -678,19 +678,9 @@ def _bce(model: nn.Module, batch: Any) -> torch.Tensor:
 
 def _evaluate(model: nn.Module, data: EncodedData, batch_size: int, train_mode: bool = False) -> float:
     """AUC of ``model`` on ``data`` without gradients (``train_mode``: sampled gates)."""
-    from torchmetrics.functional.classification import binary_auroc
+    from recsys.train.evaluation import evaluate
 
-    from recsys.data.batching import BatchDataset
-
-    was_training = model.training
-    model.train(train_mode)
-    scores, labels = [], []
-    with torch.no_grad():
-        for batch in BatchDataset(data, batch_size):
-            scores.append(model(batch.dense_features, batch.sparse_features))
-            labels.append(batch.labels)
-    model.train(was_training)
-    return float(binary_auroc(torch.cat(scores), torch.cat(labels).long()))
+    return evaluate(model, data, batch_size, train_mode)["auc"]
 
 
 def _gate_outputs(model: RankingModel, gate: IHASGate, data: EncodedData, batch_size: int) -> tuple[np.ndarray, np.ndarray]:

@@ -17,29 +17,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from recsys.argv import parse_options, split_passthrough
+
 __all__ = ["quality_main", "rank_main", "select_main"]
 
 log = logging.getLogger(__name__)
-
-
-def _split_passthrough(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    argv = list(argv)
-    if "--" in argv:
-        i = argv.index("--")
-        return argv[:i], argv[i + 1 :]
-    return argv, []
-
-
-def _parse_options(items: Sequence[str]) -> dict[str, Any]:
-    import yaml
-
-    options: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise SystemExit(f"--option expects key=value, got {item!r}")
-        key, value = item.split("=", 1)
-        options[key.strip()] = yaml.safe_load(value)
-    return options
 
 
 def _method_args(parser: argparse.ArgumentParser) -> None:
@@ -58,7 +40,7 @@ def _build(args: argparse.Namespace, overrides: list[str], workdir: Path) -> tup
     from selection.base import get_method
 
     try:
-        method = get_method(args.method, **_parse_options(args.option))
+        method = get_method(args.method, **parse_options(args.option))
     except TypeError as e:
         raise SystemExit(f"--option: {e}") from None
     recipe = Recipe(args.config, overrides, workdir=workdir, quiet=True)
@@ -78,7 +60,7 @@ def rank_main(argv: Sequence[str]) -> int:
     _method_args(parser)
     parser.add_argument("--output", default=None, help="report JSON (default: runs/rank/<dataset>-<method>.json)")
     parser.add_argument("--top", type=int, default=None, help="print only the top N rows")
-    own, passthrough = _split_passthrough(argv)
+    own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
     method, recipe = _build(args, overrides, Path("runs") / "rank" / "fits")
@@ -113,7 +95,7 @@ def select_main(argv: Sequence[str]) -> int:
     parser.add_argument("--random-seeds", type=int, default=3, help="random rankings drawn on the same plot")
     parser.add_argument("--tolerance", type=float, default=0.001, help="AUC tolerance of the smallest sufficient k")
     parser.add_argument("--output", default=None, help="output folder (default: runs/select/<dataset>-<method>)")
-    own, passthrough = _split_passthrough(argv)
+    own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
 
@@ -182,7 +164,7 @@ def quality_main(argv: Sequence[str]) -> int:
     parser.add_argument("--label", default="label", help="label column of CSV/TSV/Parquet files")
     parser.add_argument("--schema", default=None, help="schema file of CSV/TSV/Parquet files (default: every column categorical)")
     parser.add_argument("--output", default=None, help="also write the report as JSON here")
-    own, passthrough = _split_passthrough(argv)
+    own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
     if not args.data and not args.config:

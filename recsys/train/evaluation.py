@@ -1,0 +1,35 @@
+"""Test/validation metrics of a model on encoded data, outside a Lightning trainer."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.nn.functional import binary_cross_entropy_with_logits
+from torchmetrics.functional.classification import binary_auroc
+
+from recsys.data.batching import BatchDataset
+from recsys.data.encoders import EncodedData
+
+__all__ = ["evaluate"]
+
+
+def evaluate(model: Any, data: EncodedData, batch_size: int = 4096, train_mode: bool = False) -> dict[str, float]:
+    """``auc`` (torchmetrics ``binary_auroc``, the metric the trainer logs) and ``logloss`` (mean
+    BCE on the logits) of a ``forward(dense, kjt) -> logits`` module on ``data``.
+
+    Runs without gradients in eval mode (``train_mode=True``: training mode, e.g. sampled
+    gates); the module's mode is restored afterwards.
+    """
+    was_training = model.training
+    model.train(train_mode)
+    logits, labels = [], []
+    try:
+        with torch.no_grad():
+            for batch in BatchDataset(data, batch_size):
+                logits.append(model(batch.dense_features, batch.sparse_features))
+                labels.append(batch.labels)
+    finally:
+        model.train(was_training)
+    z, y = torch.cat(logits).float(), torch.cat(labels).float()
+    return {"auc": float(binary_auroc(z, y.long())), "logloss": float(binary_cross_entropy_with_logits(z, y))}
