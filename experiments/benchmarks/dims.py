@@ -29,15 +29,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from experiments.benchmarks._common import isolated_workdir, result_header
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -335,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from experiments.benchmarks.quality import _hardware, _versions
-
+    
     keys = [k.strip() for k in args.parts.split(",") if k.strip()]
     if args.quick and args.parts == parser.get_default("parts"):
         keys = list(QUICK["runs"])
@@ -349,35 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     seeds = list(range(QUICK["seeds"] if args.quick else args.seeds))
     args.output_dir = args.output_dir.resolve()
     start = time.perf_counter()
-    result: dict[str, Any] = {
-        "benchmark": "dims",
-        "command": "python -m experiments.benchmarks.dims " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(),
-        "versions": _versions(),
-        "quick": args.quick,
-        "targets": TARGETS,
-        "runs": {},
-    }
+    result: dict[str, Any] = {**result_header("dims", argv, args.quick, TARGETS), "runs": {}}
     name = "dims_quick" if args.quick else "dims"
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="salience-dims-") as tmp:
-        work = Path(tmp)
-        import os
-
-        # MLflow (database and ./mlruns artifacts) and run folders stay in the temporary folder
-        previous_cwd, previous_uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-        os.chdir(work)
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
-        try:
-            for key in keys:
-                result["runs"][key] = run_one(key, work, seeds, args.quick)
-        finally:
-            os.chdir(previous_cwd)
-            if previous_uri is None:
-                os.environ.pop("MLFLOW_TRACKING_URI", None)
-            else:
-                os.environ["MLFLOW_TRACKING_URI"] = previous_uri
+    with isolated_workdir("salience-dims-") as work:
+        for key in keys:
+            result["runs"][key] = run_one(key, work, seeds, args.quick)
     runs = result["runs"]
     if runs:
         dnis_met = [k for k, r in runs.items() if r["verdicts"]["dnis_matches_uniform16_at_half"]]

@@ -27,15 +27,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import shlex
 import sys
-import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from experiments.benchmarks._common import isolated_workdir, result_header
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -344,47 +343,24 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
-    from experiments.benchmarks.quality import _hardware, _versions
-
+    
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     args.output_dir = args.output_dir.resolve()
     rows, epochs, seeds = (20_000, 1, 1) if args.quick else (args.rows, args.epochs, args.random_seeds)
     start = time.perf_counter()
-    result: dict[str, Any] = {
-        "benchmark": "selection",
-        "command": "python -m experiments.benchmarks.selection " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(),
-        "versions": _versions(),
-        "quick": args.quick,
-        "targets": TARGETS,
-    }
+    result: dict[str, Any] = result_header("selection", argv, args.quick, TARGETS)
     name = "selection_quick" if args.quick else "selection"
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="salience-selection-") as tmp:
-        work = Path(tmp)
-        import os
-
-        # MLflow (database and ./mlruns artifacts) and run folders stay in the temporary folder
-        previous_cwd, previous_uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
-        os.chdir(work)
-        os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
-        try:
-            if "synthetic" in parts:
-                result["synthetic"] = run_synthetic(rows, epochs, work, args.quick)
-            if "curves" in parts:
-                result["curves"] = {}
-                for dataset in CURVE_SETTINGS:
-                    result["curves"][dataset], curves = run_curves(dataset, work, args.quick, seeds)
-                    plot_curves(dataset, curves, args.output_dir / f"{name}_{dataset}.png")
-            if "cost" in parts:
-                result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
-        finally:
-            os.chdir(previous_cwd)
-            if previous_uri is None:
-                os.environ.pop("MLFLOW_TRACKING_URI", None)
-            else:
-                os.environ["MLFLOW_TRACKING_URI"] = previous_uri
+    with isolated_workdir("salience-selection-") as work:
+        if "synthetic" in parts:
+            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick)
+        if "curves" in parts:
+            result["curves"] = {}
+            for dataset in CURVE_SETTINGS:
+                result["curves"][dataset], curves = run_curves(dataset, work, args.quick, seeds)
+                plot_curves(dataset, curves, args.output_dir / f"{name}_{dataset}.png")
+        if "cost" in parts:
+            result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
     result["seconds"] = round(time.perf_counter() - start, 1)
     from recsys.io import atomic_write_json, atomic_write_text
 
