@@ -32,6 +32,7 @@ import logging
 import math
 import re
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -315,14 +316,10 @@ def _retrain_routed(
              "(parity %.2g)", method, point.test_auc, point.test_logloss, params, export.output_dir,
              export.max_abs_diff)
     if child is not None:
-        try:
+        with child:
             child.log_params({"method": method, "clusters": len(routed.models), "search": search.describe()})
             child.log_metrics({**metrics, "export_max_abs_diff": export.max_abs_diff, "seconds": seconds})
             child.log_artifact(out / EXPORT_DIR, EXPORT_DIR)
-        except BaseException:
-            child.finish("FAILED")
-            raise
-        child.finish()
     return point
 
 
@@ -382,7 +379,7 @@ def dims_main(argv: Sequence[str]) -> int:
     recipe.parent_run_id = tracker.run_id if tracker is not None else None
     tracking = tracker is not None
     routed = None
-    try:
+    with tracker if tracker is not None else nullcontext():
         if _routes(search):  # iHAS: the plan comes with the search model its router runs on
             plan, gate_model = search.search_with_model(recipe, budget=budget)
         else:
@@ -440,12 +437,6 @@ def dims_main(argv: Sequence[str]) -> int:
         if tracker is not None:
             comparison.to_mlflow(tracker)
             tracker.log_artifact(out / "config_with_plan.yaml", "dims")
-    except BaseException:
-        if tracker is not None:
-            tracker.finish("FAILED")
-        raise
-    if tracker is not None:
-        tracker.finish()
     print(plan.format(schema))
     print()
     print(comparison.format())

@@ -70,6 +70,20 @@ SELECTION_KS = (2, 4, 8, 12)
 SELECTION_TOLERANCE = 0.005
 
 
+def _stage_recipe(rows: int, epochs: int, seed: int, workdir: Path) -> Any:
+    """The synthetic default for the later stages, with smaller id vocabularies so that 50k
+    rows teach the id effects (~10 rows per user)."""
+    from recsys.train.recipe import Recipe
+
+    overrides = [
+        f"--data.reader.init_args.n_rows={rows}",
+        f"--data.reader.init_args.seed={seed}",
+        "--data.reader.init_args.cardinality_scale=0.05",
+        f"--trainer.max_epochs={epochs}",
+    ]
+    return Recipe(CONFIG, overrides, workdir=workdir, quiet=True)
+
+
 def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs/demo", seed: int = 0) -> dict[str, Any]:
     """Rank (OutRank, LeAP), check against the planted truth, draw the selection curve."""
     import yaml
@@ -77,27 +91,15 @@ def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs
     from recsys.data.synthetic import GroundTruth
     from recsys.io import atomic_write_text
     from recsys.tracking import RunTracker
-    from recsys.train.recipe import Recipe
     from selection import LeAP, OutRank, selection_curve
 
     out = Path(output) / "selection"
     start = time.perf_counter()
-    recipe = Recipe(
-        CONFIG,
-        [
-            f"--data.reader.init_args.n_rows={rows}",
-            f"--data.reader.init_args.seed={seed}",
-            # smaller id vocabularies, so that 50k rows teach the id effects (~10 rows per user)
-            "--data.reader.init_args.cardinality_scale=0.05",
-            f"--trainer.max_epochs={epochs}",
-        ],
-        workdir=out / "fits",
-        quiet=True,
-    )
+    recipe = _stage_recipe(rows, epochs, seed, out / "fits")
     truth = GroundTruth.from_raw(recipe.raw_split("train"))
     parent = RunTracker(recipe.dataset_name, "demo-selection", tags={"salience.stage": "selection"})
     recipe.parent_run_id = parent.run_id
-    try:
+    with parent:
         reports = {"outrank": OutRank(progress=False).rank(recipe), "leap": LeAP().rank(recipe)}
         for report in reports.values():
             report.to_mlflow(parent)
@@ -111,10 +113,6 @@ def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs
         reduced = reports["leap"].reduced_config(recipe.config, k_star)
         atomic_write_text(out / "reduced_config.yaml", yaml.safe_dump(reduced, sort_keys=False))
         parent.log_artifact(out / "reduced_config.yaml", "selection")
-    except BaseException:
-        parent.finish("FAILED")
-        raise
-    parent.finish()
     signal = set(truth.signal)
     return {
         "rows": rows,
@@ -135,27 +133,16 @@ def run_dims_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs/demo
     """Uniform-16 vs MDE vs DNIS at half the uniform-16 embedding parameters."""
     from embeddings import DNIS, MDEDims, budget_of
     from recsys.tracking import RunTracker
-    from recsys.train.recipe import Recipe
 
     out = Path(output) / "dims"
     start = time.perf_counter()
-    recipe = Recipe(
-        CONFIG,
-        [
-            f"--data.reader.init_args.n_rows={rows}",
-            f"--data.reader.init_args.seed={seed}",
-            "--data.reader.init_args.cardinality_scale=0.05",
-            f"--trainer.max_epochs={epochs}",
-        ],
-        workdir=out / "fits",
-        quiet=True,
-    )
+    recipe = _stage_recipe(rows, epochs, seed, out / "fits")
     schema = recipe.schema
     budget = budget_of(schema, 16) // 2
     parent = RunTracker(recipe.dataset_name, "demo-dims", tags={"salience.stage": "dims"})
     recipe.parent_run_id = parent.run_id
     rows_out: list[dict[str, Any]] = []
-    try:
+    with parent:
         reference = recipe.fit(run_name="dims-uniform-16")
         rows_out.append({"model": "uniform-16", "parameters": reference.task.model.embedding_parameters(),
                          "test_auc": reference.metrics["test_auc"]})
@@ -166,10 +153,6 @@ def run_dims_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs/demo
             fit = recipe.fit(extra_args=plan.to_config_overrides(), run_name=f"dims-{search.name}")
             rows_out.append({"model": search.name, "parameters": fit.task.model.embedding_parameters(),
                              "test_auc": fit.metrics["test_auc"]})
-    except BaseException:
-        parent.finish("FAILED")
-        raise
-    parent.finish()
     return {"rows": rows, "budget": budget, "models": rows_out, "output": str(out), "mlflow_run_id": parent.run_id,
             "seconds": round(time.perf_counter() - start, 1)}
 

@@ -130,6 +130,16 @@ class RunTracker:
             self.client.set_terminated(self.run_id, status=status)
             self.finished = True
 
+    def __enter__(self) -> RunTracker:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        """Finish the run: ``FAILED`` when the block raised, ``KILLED`` on Ctrl-C, else ``FINISHED``."""
+        if exc_type is None:
+            self.finish()
+        else:
+            self.finish("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
+
 
 def _training_curve(history: list[dict[str, float]]) -> Figure:
     import matplotlib.pyplot as plt

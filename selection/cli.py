@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import logging
 from collections.abc import Sequence
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -66,18 +67,12 @@ def rank_main(argv: Sequence[str]) -> int:
     method, recipe = _build(args, overrides, Path("runs") / "rank" / "fits")
     tracker = _tracker(recipe, f"rank-{args.method}", not args.no_tracking)
     recipe.parent_run_id = tracker.run_id if tracker is not None else None
-    try:
+    with tracker if tracker is not None else nullcontext():
         report = method.rank(recipe)
         out = Path(args.output or Path("runs") / "rank" / f"{recipe.dataset_name}-{args.method}.json")
         report.save(out)
         if tracker is not None:
             report.to_mlflow(tracker)
-    except BaseException:
-        if tracker is not None:
-            tracker.finish("FAILED")
-        raise
-    if tracker is not None:
-        tracker.finish()
     print(report.format(args.top))
     print(f"\nreport: {out}" + (f"   MLflow run: {tracker.run_id}" if tracker is not None else ""))
     return 0
@@ -106,7 +101,7 @@ def select_main(argv: Sequence[str]) -> int:
     out = Path(args.output or Path("runs") / "select" / f"{recipe.dataset_name}-{args.method}")
     tracker = _tracker(recipe, f"select-{args.method}", not args.no_tracking)
     recipe.parent_run_id = tracker.run_id if tracker is not None else None
-    try:
+    with tracker if tracker is not None else nullcontext():
         report = ImportanceReport.load(args.report) if args.report else method.rank(recipe)
         ks = parse_ks(args.k, len(report))
         report.save(out / "report.json")
@@ -130,12 +125,6 @@ def select_main(argv: Sequence[str]) -> int:
         atomic_write_text(out / "reduced_config.yaml", header + yaml.safe_dump(reduced, sort_keys=False))
         if tracker is not None:
             tracker.log_artifact(out / "reduced_config.yaml", "selection")
-    except BaseException:
-        if tracker is not None:
-            tracker.finish("FAILED")
-        raise
-    if tracker is not None:
-        tracker.finish()
     s = curve.summary()
     print(report.format())
     print()

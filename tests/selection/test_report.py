@@ -137,3 +137,17 @@ def test_random_ranking_is_seeded_and_registered() -> None:
     assert "random" in method_names() and isinstance(get_method("random", seed=1), RandomRanking)
     with pytest.raises(ValueError, match="unknown importance method 'nope'"):
         get_method("nope")
+
+
+def test_run_tracker_as_a_context_finishes_the_run(tmp_cwd: Path) -> None:
+    from mlflow import MlflowClient
+
+    from recsys.tracking import RunTracker
+
+    with RunTracker("toy", "ok") as ok:
+        ok.log_metrics({"x": 1.0})
+    with pytest.raises(RuntimeError, match="boom"), RunTracker("toy", "bad") as bad:
+        raise RuntimeError("boom")
+    client = MlflowClient(ok.uri)
+    assert client.get_run(ok.run_id).info.status == "FINISHED"
+    assert client.get_run(bad.run_id).info.status == "FAILED"
