@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
+__all__ = ["atomic_dir", "atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
 
 
 @contextmanager
@@ -47,3 +48,32 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj: Any, default: Callable[[Any], Any] | None = None) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, default=default) + "\n")
+
+
+@contextmanager
+def atomic_dir(output_dir: str | Path, marker: str) -> Iterator[Path]:
+    """Yield a temp folder next to ``output_dir``; on success it replaces ``output_dir``.
+
+    An existing ``output_dir`` is replaced only when it is empty or a previous export (holds the
+    file ``marker``); anything else raises ``FileExistsError`` before any work is done.
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not (
+        output_dir.is_dir() and ((output_dir / marker).is_file() or not any(output_dir.iterdir()))
+    ):
+        raise FileExistsError(f"{output_dir} exists and is not an export directory; refusing to overwrite it")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o755)
+        if output_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".old", dir=output_dir.parent))
+            os.replace(output_dir, old)
+            os.replace(tmp, output_dir)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, output_dir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)

@@ -28,7 +28,6 @@ table (``.md``) and one parameters-vs-AUC plot (``dims.png``).
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path

@@ -15,7 +15,6 @@ Writes ``experiments/results/quality.json`` and ``quality.md``.
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import shlex
 import sys

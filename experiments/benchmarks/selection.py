@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from experiments.benchmarks._common import isolated_workdir, result_header
 

@@ -22,9 +22,7 @@ import copy
 import dataclasses
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -37,6 +35,7 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.encoders import Preprocessor
+from recsys.io import atomic_dir
 from recsys.data.batching import random_batch
 from recsys.data.schema import Schema
 from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch
@@ -358,34 +357,6 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
-@contextmanager
-def _atomic_dir(output_dir: Path) -> Iterator[Path]:
-    """Yield a temp folder next to ``output_dir``; on success it replaces ``output_dir``.
-
-    An existing ``output_dir`` is replaced only when it is empty or a previous export (has a
-    ``schema.json``); anything else raises ``FileExistsError`` before any work is done.
-    """
-    if output_dir.exists() and not (
-        output_dir.is_dir() and ((output_dir / SCHEMA_FILE).is_file() or not any(output_dir.iterdir()))
-    ):
-        raise FileExistsError(f"{output_dir} exists and is not an export directory; refusing to overwrite it")
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".tmp", dir=output_dir.parent))
-    try:
-        yield tmp
-        os.chmod(tmp, 0o755)
-        if output_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".old", dir=output_dir.parent))
-            os.replace(output_dir, old)
-            os.replace(tmp, output_dir)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, output_dir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
 def export_model(
     model: nn.Module,
     preprocessor: Preprocessor,
@@ -439,7 +410,7 @@ def export_model(
             diff = max(diff, float((scripted(values, lengths, dense) - eager).abs().max()))
     if not diff <= PARITY_ATOL:
         raise ExportError(f"scripted module differs from the eager model by {diff:.3g} (> {PARITY_ATOL})")
-    with _atomic_dir(output_dir) as tmp:
+    with atomic_dir(output_dir, SCHEMA_FILE) as tmp:
         torch.jit.save(scripted, str(tmp / MODEL_FILE), _extra_files={SCHEMA_FILE: info_text})
         (tmp / SCHEMA_FILE).write_text(info_text, encoding="utf-8")
         shutil.copyfile(Path(__file__).with_name("_loader_template.py"), tmp / LOADER_FILE)

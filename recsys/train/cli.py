@@ -21,7 +21,7 @@ from recsys.tracking import MlflowTracking
 from recsys.train.datamodule import CTRDataModule
 from recsys.train.module import RankingTask
 
-__all__ = ["SalienceCLI", "run_cli"]
+__all__ = ["SalienceCLI", "TrackedCLI", "run_cli"]
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +34,41 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 
-class SalienceCLI(LightningCLI):
+class TrackedCLI(LightningCLI):
+    """LightningCLI whose MLflow run (the ``tracking`` callback) gets the resolved config and
+    stays open across ``fit`` -> test -> export (the subclass's ``after_fit`` finishes it)."""
+
+    @property
+    def subcommand_config(self) -> Any:
+        """The parsed config of the running subcommand."""
+        return self.config.get(str(self.subcommand), self.config)
+
+    @property
+    def tracking(self) -> MlflowTracking | None:
+        return next((c for c in self.trainer.callbacks if isinstance(c, MlflowTracking)), None)
+
+    def _attach_config(self) -> None:
+        tracking = self.tracking
+        if tracking is None:
+            return
+        import yaml
+
+        text = self._parser(self.subcommand).dump(self.subcommand_config, skip_none=False)
+        tracking.config = yaml.safe_load(text)
+
+    def before_fit(self) -> None:
+        self._attach_config()
+        if self.tracking is not None:
+            self.tracking.keep_open = True
+
+    def before_validate(self) -> None:
+        self._attach_config()
+
+    def before_test(self) -> None:
+        self._attach_config()
+
+
+class SalienceCLI(TrackedCLI):
     """LightningCLI with schema linking, MLflow tracking and test + export after fit."""
 
     def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
@@ -71,36 +105,6 @@ class SalienceCLI(LightningCLI):
             if isinstance(cause, (SchemaError, DataError, OSError)):
                 raise cause from None
             raise
-
-    # -- hooks -------------------------------------------------------------------------------
-    @property
-    def subcommand_config(self) -> Any:
-        """The parsed config of the running subcommand."""
-        return self.config.get(str(self.subcommand), self.config)
-
-    @property
-    def tracking(self) -> MlflowTracking | None:
-        return next((c for c in self.trainer.callbacks if isinstance(c, MlflowTracking)), None)
-
-    def _attach_config(self) -> None:
-        tracking = self.tracking
-        if tracking is None:
-            return
-        import yaml
-
-        text = self._parser(self.subcommand).dump(self.subcommand_config, skip_none=False)
-        tracking.config = yaml.safe_load(text)
-
-    def before_fit(self) -> None:
-        self._attach_config()
-        if self.tracking is not None:
-            self.tracking.keep_open = True
-
-    def before_validate(self) -> None:
-        self._attach_config()
-
-    def before_test(self) -> None:
-        self._attach_config()
 
     def after_fit(self) -> None:
         cfg = self.subcommand_config["after_fit"]
