@@ -8,10 +8,11 @@ UI_PORT ?= 5000
 
 .PHONY: venv demo test test-all ui bench clean
 
-$(STAMP): requirements/cpu.txt pyproject.toml requirements/fbgemm-gpu-shim/pyproject.toml
+$(STAMP): requirements/cpu.txt requirements/text.txt pyproject.toml requirements/fbgemm-gpu-shim/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --upgrade --quiet pip
 	$(PY) -m pip install --quiet -r requirements/cpu.txt
+	$(PY) -m pip install --quiet -r requirements/text.txt
 	$(PY) -m pip install --quiet --no-deps -e .
 	$(PY) -m pip check
 	touch $(STAMP)

@@ -7,7 +7,10 @@
     salience quality DATA... | --config CFG
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
-    salience bench throughput|quality|selection|dims [ARGS]
+    salience bench throughput|quality|selection|dims|generative [ARGS]
+    salience sid build --dataset beauty --method rq-kmeans --output DIR
+    salience gen fit|test --config experiments/configs/gen_beauty.yaml
+    salience gen recommend --model EXPORT_DIR --history "12 7 99"
 
 ``fit`` and friends are LightningCLI subcommands (see ``salience fit --help``); the others are
 plain argparse commands (each has ``--help``).
@@ -72,9 +75,21 @@ def _quality(argv: Sequence[str]) -> int:
     return quality_main(argv)
 
 
+def _sid(argv: Sequence[str]) -> int:
+    from generative.cli import sid_main
+
+    return sid_main(argv)
+
+
+def _gen(argv: Sequence[str]) -> int:
+    from generative.cli import gen_main
+
+    return gen_main(argv)
+
+
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims"])
+    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims", "generative"])
     args, rest = parser.parse_known_args(argv)
     if args.name == "throughput":
         from experiments.benchmarks.train_throughput import main as bench_main
@@ -82,8 +97,10 @@ def _bench(argv: Sequence[str]) -> int:
         from experiments.benchmarks.quality import main as bench_main
     elif args.name == "selection":
         from experiments.benchmarks.selection import main as bench_main
-    else:
+    elif args.name == "dims":
         from experiments.benchmarks.dims import main as bench_main
+    else:
+        from experiments.benchmarks.generative import main as bench_main
     return int(bench_main(rest) or 0)
 
 
@@ -93,8 +110,10 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
     "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
     "dims": (_dims, "search embedding dims (uniform, mde, dnis, ihas), retrain, compare with uniform-16"),
+    "sid": (_sid, "build semantic IDs (RQ-KMeans, RQ-VAE) for an item catalogue"),
+    "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims)"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative)"),
 }
 
 

@@ -1,0 +1,311 @@
+"""Generative-recommendation benchmark: SASRec vs the semantic-ID model under four token weightings.
+
+    python -m experiments.benchmarks.generative              # the committed run (needs SALIENCE_DATA_DIR)
+    python -m experiments.benchmarks.generative --datasets beauty --seeds 1
+    python -m experiments.benchmarks.generative --quick      # smoke run on synthetic data (not a result)
+
+For every dataset (Amazon Beauty and MovieLens-100K, leave-one-out, history 20) the semantic IDs are built
+once (item attributes (TF-IDF -> SVD) concatenated with collaborative vectors (training
+co-occurrence -> PPMI -> SVD) -> RQ-KMeans, 3 levels x 256 + a collision token) and
+shared by every arm. For every seed, every arm trains for the same number of epochs with the
+same batch size, picks its best epoch on NDCG@10 over a fixed subset of validation users, and is
+tested on every user:
+
+* **sasrec**: item-ID SASRec, full softmax (the reference every generative number is read against);
+* **sid-plain**: the generative model with plain cross-entropy;
+* **sid-front**: Front-Greater weighting (per-position information gain, entropy variant);
+* **sid-frequency**: Frequency weighting (effective-number weights, beta 0.9);
+* **sid-multi**: the multi-target objective (plain + front (entropy gain) + frequency, learnable
+  weights with the regulariser, normalised mixture, curriculum pace with a 1,000-step time constant).
+
+CPU budget (stated, the same for every arm): ``EPOCHS`` epochs of batch ``BATCH_SIZE`` on 2 cores;
+the whole committed run takes about ``BUDGET_MINUTES`` minutes. Results: mean +/- std over seeds
+of Recall@5/10 and NDCG@5/10, overall and for head vs tail items (tail = the least popular items
+covering 20% of training interactions), training and evaluation seconds, the codebook
+statistics, the issue's target verdicts computed from those numbers, and the published anchors
+(TIGER, SASRec as reported in TIGER) printed beside ours. One JSON
+(``experiments/results/generative.json``) and one table (``.md``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.benchmarks._common import isolated_workdir, result_header
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+EPOCHS = 2
+BATCH_SIZE = 256
+BUDGET_MINUTES = 45
+VAL_USERS = 2000
+#: arm -> GenerativeTask arguments
+ARMS: dict[str, dict[str, Any]] = {
+    "sasrec": {"arch": "sasrec", "model_options": {"dim": 64, "layers": 2, "heads": 2, "dropout": 0.2}},
+    "sid-plain": {"arch": "sid", "weighting": "plain"},
+    "sid-front": {"arch": "sid", "weighting": "front", "weighting_options": {"gain": "entropy"}},
+    "sid-frequency": {"arch": "sid", "weighting": "frequency"},
+    "sid-multi": {"arch": "sid", "weighting": "multi", "weighting_options": {"front_gain": "entropy"}},
+}
+#: every arm: AdamW, linear warm-up then cosine decay over the run
+COMMON: dict[str, Any] = {"learning_rate": 2e-3, "weight_decay": 0.01, "warmup_steps": 100}
+#: the generative model's size for the CPU budget (one position per history item, see SIDTransformer)
+SID_MODEL: dict[str, Any] = {
+    "d_model": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 1, "ff_dim": 256, "dropout": 0.1,
+    "history_tokens": "item",
+}
+#: published numbers to print next to ours (test split, leave-one-out)
+ANCHORS = {
+    "beauty": {
+        "TIGER (paper)": {"recall@5": 0.0454, "ndcg@5": 0.0321, "recall@10": 0.0648, "ndcg@10": 0.0384},
+        "SASRec (as reported in TIGER)": {"recall@5": 0.0387, "ndcg@5": 0.0249, "recall@10": 0.0605, "ndcg@10": 0.0318},
+    },
+    "toys": {
+        "TIGER (paper)": {"recall@5": 0.0521, "ndcg@5": 0.0371, "recall@10": 0.0712, "ndcg@10": 0.0432},
+    },
+    "sports": {
+        "TIGER (paper)": {"recall@5": 0.0264, "ndcg@5": 0.0181, "recall@10": 0.0400, "ndcg@10": 0.0225},
+    },
+}
+TARGETS = {
+    "multi_beats_plain_on": ["recall@10", "ndcg@10"],  # mean over seeds, per dataset
+    "weighted_arm_improves_tail_recall@10": True,  # at least one of front/frequency/multi > plain
+}
+METRICS = ("recall@5", "ndcg@5", "recall@10", "ndcg@10", "recall@10_head", "recall@10_tail", "ndcg@10_tail")
+
+
+def _data(dataset: str, quick: bool) -> Any:
+    from generative.train import SequenceDataModule
+
+    return SequenceDataModule(
+        dataset=dataset,
+        content="concat",
+        codebook="rq-kmeans",
+        codebook_options={"levels": 3, "codebook_size": 32 if quick else 256},
+        batch_size=BATCH_SIZE,
+        eval_batch_size=512,
+        val_users=None if quick else VAL_USERS,
+    )
+
+
+def run_arm(dm: Any, arm: str, seed: int, epochs: int, workdir: Path) -> dict[str, Any]:
+    """Train one arm for ``epochs``, keep its best validation epoch, test it on every user."""
+    import lightning.pytorch as pl
+
+    from generative.tracking import GenerativeTracking
+    from generative.train import GenerativeTask
+
+    pl.seed_everything(seed, workers=True, verbose=False)
+    options = {**COMMON, **ARMS[arm]}
+    if options["arch"] == "sid":
+        options.update(model_options=SID_MODEL, beam_size=20)
+    dm.shuffle_seed = seed
+    task = GenerativeTask(**options)
+    tracking = GenerativeTracking(run_name=f"{arm}-{dm.dataset_name}-seed{seed}")
+    tracking.keep_open = True
+    trainer = pl.Trainer(
+        max_epochs=epochs,
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        deterministic=True,
+        num_sanity_val_steps=0,
+        default_root_dir=str(workdir / "runs" / f"{dm.dataset_name}-{arm}-{seed}"),
+        callbacks=[tracking],
+    )
+    start = time.perf_counter()
+    trainer.fit(task, datamodule=dm)
+    train_seconds = time.perf_counter() - start
+    start = time.perf_counter()
+    (test,) = trainer.test(task, datamodule=dm, ckpt_path="best", verbose=False)
+    test_seconds = time.perf_counter() - start
+    tracking.finish()
+    params = sum(p.numel() for p in task.recommender.parameters())
+    point = {
+        "arm": arm,
+        "seed": seed,
+        "train_seconds": round(train_seconds, 1),
+        "test_seconds": round(test_seconds, 1),
+        "parameters": int(params),
+        "best_epoch": _best_epoch(trainer),
+        **{m: float(test[f"test_{m.replace('@', '_')}"]) for m in METRICS},
+    }
+    weights = getattr(task, "weight_history", [])
+    if weights:
+        point["final_weights"] = weights[-1]
+    return point
+
+
+def _best_epoch(trainer: Any) -> int | None:
+    path = getattr(trainer.checkpoint_callback, "best_model_path", "") or ""
+    for part in Path(path).stem.split("-"):
+        if part.startswith("epoch="):
+            return int(part.split("=")[1])
+    return None
+
+
+def run_dataset(dataset: str, seeds: list[int], epochs: int, arms: list[str], workdir: Path, quick: bool) -> dict[str, Any]:
+    dm = _data(dataset, quick)
+    start = time.perf_counter()
+    book = dm.codebook
+    split = dm.split
+    codebook_seconds = time.perf_counter() - start
+    points = []
+    for seed in seeds:
+        for arm in arms:
+            point = run_arm(dm, arm, seed, epochs, workdir)
+            points.append(point)
+            print(
+                f"[{dataset}] seed {seed} {arm:<14} R@10 {point['recall@10']:.4f} N@10 {point['ndcg@10']:.4f} "
+                f"tail R@10 {point['recall@10_tail']:.4f} ({point['train_seconds']:.0f}s + {point['test_seconds']:.0f}s)",
+                flush=True,
+            )
+    stats = {k: v for k, v in book.stats.items() if not isinstance(v, (list, dict)) or k in ("usage", "perplexity")}
+    return {
+        "dataset": dataset,
+        "users": int(len(split.test_target)),
+        "items": int(split.num_items),
+        "train_examples": int(len(split.train_target)),
+        "codebook": {"level_sizes": [int(s) for s in book.level_sizes], "seconds": round(codebook_seconds, 1), **stats},
+        "points": points,
+        "summary": _summarise(points),
+    }
+
+
+def _summarise(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for arm in dict.fromkeys(p["arm"] for p in points):
+        rows = [p for p in points if p["arm"] == arm]
+        entry: dict[str, Any] = {"seeds": len(rows)}
+        for key in (*METRICS, "train_seconds", "test_seconds"):
+            values = np.array([r[key] for r in rows], dtype=float)
+            entry[key] = {"mean": float(values.mean()), "std": float(values.std(ddof=1)) if len(values) > 1 else 0.0}
+        entry["parameters"] = rows[0]["parameters"]
+        out[arm] = entry
+    return out
+
+
+def _verdicts(datasets: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    verdicts: dict[str, Any] = {}
+    for name, run in datasets.items():
+        s = run["summary"]
+        if "sid-multi" not in s or "sid-plain" not in s:
+            continue
+        multi = {m: s["sid-multi"][m]["mean"] > s["sid-plain"][m]["mean"] for m in TARGETS["multi_beats_plain_on"]}
+        tail = {
+            arm: s[arm]["recall@10_tail"]["mean"] > s["sid-plain"]["recall@10_tail"]["mean"]
+            for arm in ("sid-front", "sid-frequency", "sid-multi")
+            if arm in s
+        }
+        verdicts[name] = {
+            "multi_beats_plain": multi,
+            "multi_beats_plain_met": all(multi.values()),
+            "tail_recall@10_improved_by": [a for a, ok in tail.items() if ok],
+            "tail_target_met": any(tail.values()),
+        }
+    return verdicts
+
+
+def _strict(value: Any) -> Any:
+    """NaN (an empty head/tail group) -> null, so the file is strict JSON."""
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict(v) for v in value]
+    return value
+
+
+def _pm(stat: dict[str, float], digits: int = 4) -> str:
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Generative recommendation benchmark",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Date: {result['date']}; hardware: {result['hardware']}; quick: {result['quick']}  ",
+        f"Budget (every arm): {result['budget']['epochs']} epochs, batch {result['budget']['batch_size']}, "
+        f"best epoch on NDCG@10 over {result['budget']['val_users']} validation users; test on every user. "
+        f"Total wall time: {result['total_minutes']:.1f} min.",
+        "",
+    ]
+    for name, run in result["datasets"].items():
+        cb = run["codebook"]
+        lines += [
+            f"## {name} ({run['users']:,} users, {run['items']:,} items, {run['train_examples']:,} training examples)",
+            "",
+            f"Semantic IDs: RQ-KMeans on item content vectors (attributes + collaborative), levels {cb['level_sizes']} "
+            f"(last = collision token); collision rate before disambiguation "
+            f"{cb.get('collision_rate_before', float('nan')):.3f}; code usage per level {cb.get('usage')}; built in {cb['seconds']} s.",
+            "",
+            "| arm | Recall@5 | NDCG@5 | Recall@10 | NDCG@10 | R@10 head | R@10 tail | N@10 tail | train s | test s | params |",
+            "|---|---|---|---|---|---|---|---|---|---|---|",
+        ]
+        for arm, s in run["summary"].items():
+            cells = " | ".join(_pm(s[m]) for m in METRICS)
+            lines.append(
+                f"| {arm} | {cells} | {s['train_seconds']['mean']:.0f} | {s['test_seconds']['mean']:.0f} | {s['parameters']:,} |"
+            )
+        for anchor, values in ANCHORS.get(name, {}).items():
+            cells = " | ".join(f"{values[m]:.4f}" if m in values else "" for m in METRICS)
+            lines.append(f"| *{anchor}* | {cells} | | | |")
+        v = result["verdicts"].get(name)
+        if v:
+            lines += [
+                "",
+                f"- multi-target beats plain CE (mean over seeds): {v['multi_beats_plain']} -> "
+                f"{'met' if v['multi_beats_plain_met'] else 'NOT met'}",
+                f"- weighted arms that improve tail Recall@10 over plain: {v['tail_recall@10_improved_by'] or 'none'} -> "
+                f"{'met' if v['tail_target_met'] else 'NOT met'}",
+            ]
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--datasets", default="beauty,ml-100k", help="comma-separated: beauty, toys, sports, ml-100k")
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per arm (0..N-1)")
+    parser.add_argument("--epochs", type=int, default=EPOCHS, help="training epochs of every arm")
+    parser.add_argument("--arms", default=",".join(ARMS), help="comma-separated subset of " + ", ".join(ARMS))
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="synthetic data, 1 seed, 1 epoch (smoke run, not a result)")
+    args = parser.parse_args(argv)
+    logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        parser.error(f"--arms: unknown {unknown}; available: {list(ARMS)}")
+    datasets = ["synthetic"] if args.quick else [d for d in args.datasets.split(",") if d]
+    seeds = [0] if args.quick else list(range(args.seeds))
+    epochs = 1 if args.quick else args.epochs
+    result = result_header("generative", argv, args.quick, TARGETS)
+    result["budget"] = {"epochs": epochs, "batch_size": BATCH_SIZE, "val_users": VAL_USERS, "cores": 2}
+    start = time.perf_counter()
+    with isolated_workdir("salience-gen-bench-") as work:
+        result["datasets"] = {d: run_dataset(d, seeds, epochs, arms, work, args.quick) for d in datasets}
+    result["total_minutes"] = (time.perf_counter() - start) / 60
+    result["verdicts"] = _verdicts(result["datasets"])
+    result["anchors"] = ANCHORS
+    out = args.output_dir
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "generative_quick" if args.quick else "generative"
+    (out / f"{stem}.json").write_text(json.dumps(_strict(result), indent=2, allow_nan=False) + "\n")
+    (out / f"{stem}.md").write_text(to_markdown(result))
+    print(to_markdown(result))
+    print(f"wrote {out / f'{stem}.json'} and {out / f'{stem}.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

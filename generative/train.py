@@ -1,0 +1,412 @@
+"""Lightning training of next-item models: :class:`SequenceDataModule` + :class:`GenerativeTask`.
+
+``salience gen fit --config experiments/configs/gen_beauty.yaml`` runs them through a
+LightningCLI (:mod:`generative.cli`). The data module reads the sequences, splits them
+leave-one-out, builds item content vectors and the semantic-ID codebook (or loads one written by
+``salience sid build``); the task builds its model from that catalogue, so the YAML names only
+settings, never data-derived sizes. Everything a model needs to be rebuilt (codes, training
+targets, content vectors) is stored in its checkpoint: ``GenerativeTask.load_from_checkpoint``
+works without the data.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from torch.utils.data import DataLoader, TensorDataset
+
+from generative.base import NextItemModel
+
+__all__ = ["Catalog", "GenerativeTask", "SequenceDataModule", "metric_key"]
+
+log = logging.getLogger(__name__)
+
+
+def metric_key(name: str) -> str:
+    """``recall@10`` -> ``recall_10``: MLflow metric names cannot hold ``@``."""
+    return name.replace("@", "_")
+
+
+@dataclass
+class Catalog:
+    """What a model needs from the data (and what its checkpoint stores to be rebuilt)."""
+
+    dataset: str
+    num_items: int
+    train_targets: np.ndarray  # [n_train] item index of every training target
+    tail: np.ndarray  # bool [num_items + 1]
+    codes: np.ndarray | None = None  # [num_items + 1, L]
+    level_sizes: list[int] | None = None
+    item_vectors: np.ndarray | None = None  # [num_items + 1, d]
+    codebook_stats: dict[str, Any] = field(default_factory=dict)
+
+    def to_state(self) -> dict[str, Any]:
+        return {
+            "dataset": self.dataset,
+            "num_items": self.num_items,
+            "train_targets": torch.tensor(np.asarray(self.train_targets, dtype=np.int64)),
+            "tail": torch.tensor(np.asarray(self.tail, dtype=bool)),
+            "codes": None if self.codes is None else torch.tensor(np.asarray(self.codes, dtype=np.int64)),
+            "level_sizes": self.level_sizes,
+            "item_vectors": None if self.item_vectors is None else torch.tensor(np.asarray(self.item_vectors, dtype=np.float32)),
+            "codebook_stats": self.codebook_stats,
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Catalog:
+        def arr(key: str) -> np.ndarray | None:
+            value = state.get(key)
+            return None if value is None else value.numpy()
+
+        return cls(
+            dataset=state["dataset"],
+            num_items=int(state["num_items"]),
+            train_targets=arr("train_targets"),  # type: ignore[arg-type]
+            tail=arr("tail"),  # type: ignore[arg-type]
+            codes=arr("codes"),
+            level_sizes=state.get("level_sizes"),
+            item_vectors=arr("item_vectors"),
+            codebook_stats=dict(state.get("codebook_stats") or {}),
+        )
+
+
+class SequenceDataModule(pl.LightningDataModule):
+    """Sequences, a leave-one-out split, item content vectors and the semantic-ID codebook.
+
+    Args:
+        dataset: ``beauty``, ``sports``, ``toys``, ``ml-100k`` (from ``$SALIENCE_DATA_DIR``) or
+            ``synthetic`` (embedded).
+        data_dir: data folder (default: ``$SALIENCE_DATA_DIR``).
+        max_history: history length (most recent items).
+        min_length: users with fewer interactions are dropped (and counted).
+        content: item content vectors (``attributes``, ``collaborative``, ``text``, ...).
+        content_options: keyword arguments of the content builder (e.g. ``{dim: 64}``).
+        codebook: semantic-ID builder (``rq-kmeans`` or ``rq-vae``).
+        codebook_options: its keyword arguments (``levels``, ``codebook_size``, ...).
+        codebook_path: load this codebook (written by ``salience sid build``) instead of building one.
+        codebook_seed: seed of the codebook builder.
+        batch_size: training batch size.
+        eval_batch_size: validation/test batch size.
+        val_users: validate on this many users (a fixed random subset; ``null`` = all) to keep
+            per-epoch beam search cheap; the test split always uses every user.
+        shuffle_seed: seed of the per-epoch shuffle.
+    """
+
+    def __init__(
+        self,
+        dataset: str = "synthetic",
+        data_dir: str | None = None,
+        max_history: int = 20,
+        min_length: int = 3,
+        content: str = "attributes",
+        content_options: dict[str, Any] | None = None,
+        codebook: str = "rq-kmeans",
+        codebook_options: dict[str, Any] | None = None,
+        codebook_path: str | None = None,
+        codebook_seed: int = 0,
+        batch_size: int = 256,
+        eval_batch_size: int = 512,
+        val_users: int | None = None,
+        shuffle_seed: int = 0,
+    ) -> None:
+        super().__init__()
+        self.dataset = dataset
+        self.data_dir = data_dir
+        self.max_history = max_history
+        self.min_length = min_length
+        self.content = content
+        self.content_options = dict(content_options or {})
+        self.codebook_name = codebook
+        self.codebook_options = dict(codebook_options or {})
+        self.codebook_path = codebook_path
+        self.codebook_seed = codebook_seed
+        self.batch_size = batch_size
+        self.eval_batch_size = eval_batch_size
+        self.val_users = val_users
+        self.shuffle_seed = shuffle_seed
+        self._data: Any = None
+        self._split: Any = None
+        self._vectors: np.ndarray | None = None
+        self._codebook: Any = None
+
+    # -- data ------------------------------------------------------------------------------
+    @property
+    def dataset_name(self) -> str:
+        return self.dataset
+
+    @property
+    def data(self) -> Any:
+        """The :class:`~generative.data.SequenceData` (read on first use)."""
+        if self._data is None:
+            from generative.data import load_sequences
+
+            self._data = load_sequences(self.dataset, data_dir=self.data_dir, min_length=self.min_length)
+        return self._data
+
+    @property
+    def split(self) -> Any:
+        """The :class:`~generative.data.LeaveOneOut` split."""
+        if self._split is None:
+            from generative.data import leave_one_out
+
+            self._split = leave_one_out(self.data, max_history=self.max_history)
+        return self._split
+
+    @property
+    def item_vectors(self) -> np.ndarray:
+        """Item content vectors ``[num_items + 1, d]`` (training data only)."""
+        if self._vectors is None:
+            from generative.content import ItemContent
+
+            self._vectors = ItemContent.create(self.content, **self.content_options).vectors(self.data, self.split)
+        return self._vectors
+
+    @property
+    def codebook(self) -> Any:
+        """The semantic-ID :class:`~generative.codebook.Codebook` (built or loaded on first use)."""
+        if self._codebook is None:
+            from generative.codebook import Codebook, CodebookBuilder
+
+            if self.codebook_path:
+                book = Codebook.load(self.codebook_path)
+                if book.num_items != self.data.num_items:
+                    raise ValueError(
+                        f"data.codebook_path={self.codebook_path!r} holds {book.num_items} items but dataset "
+                        f"{self.dataset!r} has {self.data.num_items}"
+                    )
+            else:
+                builder = CodebookBuilder.create(self.codebook_name, **self.codebook_options)
+                book = builder.fit(self.item_vectors, seed=self.codebook_seed)
+            self._codebook = book
+        return self._codebook
+
+    def catalog(self, with_codes: bool = True) -> Catalog:
+        """The :class:`Catalog` a model is built from (``with_codes`` builds the codebook)."""
+        from generative.data import tail_items
+
+        split = self.split
+        cat = Catalog(
+            dataset=self.dataset,
+            num_items=int(split.num_items),
+            train_targets=np.asarray(split.train_target, dtype=np.int64),
+            tail=tail_items(split.item_counts),
+        )
+        if with_codes:
+            book = self.codebook
+            cat.codes = np.asarray(book.codes, dtype=np.int64)
+            cat.level_sizes = [int(s) for s in book.level_sizes]
+            cat.item_vectors = np.asarray(self.item_vectors, dtype=np.float32)
+            cat.codebook_stats = dict(book.stats)
+        return cat
+
+    # -- loaders ---------------------------------------------------------------------------
+    def _tensors(self, part: str) -> TensorDataset:
+        split = self.split
+        history = torch.as_tensor(np.asarray(getattr(split, f"{part}_history")), dtype=torch.long)
+        target = torch.as_tensor(np.asarray(getattr(split, f"{part}_target")), dtype=torch.long)
+        if part == "valid" and self.val_users is not None and self.val_users < len(target):
+            rows = torch.from_numpy(np.sort(np.random.default_rng(0).choice(len(target), self.val_users, replace=False)))
+            history, target = history[rows], target[rows]
+        return TensorDataset(history, target)
+
+    def train_dataloader(self) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.shuffle_seed)
+        return DataLoader(self._tensors("train"), batch_size=self.batch_size, shuffle=True, generator=generator)
+
+    def val_dataloader(self) -> DataLoader:
+        return DataLoader(self._tensors("valid"), batch_size=self.eval_batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return DataLoader(self._tensors("test"), batch_size=self.eval_batch_size)
+
+
+Arch = Literal["sid", "sasrec"]
+
+
+class GenerativeTask(pl.LightningModule):
+    """Trains a next-item model and evaluates Recall/NDCG@k (overall, head and tail items).
+
+    Args:
+        arch: ``sid`` (semantic-ID generative model, trie-constrained beam search) or
+            ``sasrec`` (item-ID baseline with a full softmax).
+        weighting: token weighting of the ``sid`` loss (``plain``, ``front``, ``frequency``, ``multi``).
+        weighting_options: its keyword arguments (e.g. ``{gain: entropy}``).
+        model_options: keyword arguments of the model class (sizes, dropout).
+        learning_rate: AdamW learning rate.
+        weighting_learning_rate: learning rate of the loss's own parameters (the multi-target
+            objective's log-precisions ``s``; no weight decay): Adam moves them about this much
+            per step, so they need more than the network's rate to settle within a short run.
+        weight_decay: AdamW weight decay (matrices only; not norms, biases or the loss's parameters).
+        warmup_steps: linear warm-up steps, then cosine decay to 0 over the run (``lr_schedule: cosine``).
+        lr_schedule: ``cosine`` or ``constant``.
+        beam_size: beam width of constrained decoding (``sid``).
+        eval_k: length of the recommended lists that are evaluated (metrics at 5 and 10).
+        monitor: validation metric that picks the best checkpoint.
+        early_stopping_patience: epochs without improvement before stopping (0 = off).
+    """
+
+    def __init__(
+        self,
+        arch: Arch = "sid",
+        weighting: str = "plain",
+        weighting_options: dict[str, Any] | None = None,
+        model_options: dict[str, Any] | None = None,
+        learning_rate: float = 1e-3,
+        weighting_learning_rate: float = 0.01,
+        weight_decay: float = 0.01,
+        warmup_steps: int = 100,
+        lr_schedule: Literal["cosine", "constant"] = "cosine",
+        beam_size: int = 20,
+        eval_k: int = 10,
+        monitor: str = "val_ndcg_10",
+        early_stopping_patience: int = 0,
+    ) -> None:
+        super().__init__()
+        if arch not in ("sid", "sasrec"):
+            raise ValueError(f"model.arch={arch!r} is not one of ['sasrec', 'sid']")
+        if eval_k < 10:
+            raise ValueError(f"model.eval_k={eval_k} must be at least 10 (metrics are reported at 5 and 10)")
+        self.save_hyperparameters()
+        self.recommender: NextItemModel | None = None
+        self.catalog: Catalog | None = None
+        self._outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.weight_history: list[dict[str, Any]] = []
+
+    # -- model -----------------------------------------------------------------------------
+    def build(self, catalog: Catalog) -> NextItemModel:
+        """Build the model from ``catalog`` (idempotent)."""
+        if self.recommender is not None:
+            return self.recommender
+        hp = self.hparams
+        options = dict(hp.model_options or {})
+        if hp.arch == "sasrec":
+            from generative.sasrec import SASRec
+
+            model: NextItemModel = SASRec(catalog.num_items, **options)
+        else:
+            from generative.model import SIDRecommender
+            from generative.weighting import TokenWeighting
+
+            if catalog.codes is None or catalog.level_sizes is None:
+                raise ValueError("model.arch='sid' needs a codebook; the catalogue has none")
+            loss = TokenWeighting.create(hp.weighting, **dict(hp.weighting_options or {}))
+            loss.fit(catalog.codes, catalog.level_sizes, catalog.train_targets, item_vectors=catalog.item_vectors)
+            model = SIDRecommender(catalog.codes, catalog.level_sizes, loss=loss, **options)
+        self.catalog = catalog
+        self.recommender = model
+        return model
+
+    def configure_model(self) -> None:
+        if self.recommender is None and self._trainer is not None:  # without a trainer: from a checkpoint
+            dm = self.trainer.datamodule
+            if dm is None:
+                raise RuntimeError("GenerativeTask needs a SequenceDataModule (or a checkpoint) to build its model")
+            self.build(dm.catalog(with_codes=self.hparams.arch == "sid"))
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        assert self.catalog is not None
+        checkpoint["salience_catalog"] = self.catalog.to_state()
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        if self.recommender is None:
+            self.build(Catalog.from_state(checkpoint["salience_catalog"]))
+
+    # -- training --------------------------------------------------------------------------
+    def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
+        assert self.recommender is not None
+        history, target = batch
+        loss, logs = self.recommender.training_loss(history, target)
+        self.log("train_loss", loss, prog_bar=True, on_step=True, on_epoch=True, batch_size=len(target))
+        for key, value in logs.items():
+            if key != "loss":
+                self.log(f"train_{key}", float(value), on_step=False, on_epoch=True, batch_size=len(target))
+        return loss
+
+    def on_train_epoch_end(self) -> None:
+        table = getattr(getattr(self.recommender, "loss_fn", None), "weights_table", None)
+        if callable(table):
+            self.weight_history.append({"epoch": self.current_epoch, "step": self.global_step, **table()})
+
+    def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+        assert self.recommender is not None
+        history, target = batch
+        if self.hparams.arch == "sid":
+            items, _ = self.recommender.recommend(history, self.hparams.eval_k, beam_size=self.hparams.beam_size)  # type: ignore[call-arg]
+        else:
+            items, _ = self.recommender.recommend(history, self.hparams.eval_k)
+        self._outputs.append((items.cpu(), target.cpu()))
+
+    def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def test_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
+        self._eval_step(batch)
+
+    def _eval_end(self, prefix: str) -> dict[str, float]:
+        from generative.metrics import ranking_metrics
+
+        assert self.catalog is not None
+        items = torch.cat([o[0] for o in self._outputs]).numpy()
+        targets = torch.cat([o[1] for o in self._outputs]).numpy()
+        self._outputs.clear()
+        metrics = ranking_metrics(items, targets, ks=(5, 10), tail=self.catalog.tail)
+        out = {f"{prefix}_{metric_key(k)}": float(v) for k, v in metrics.items() if not k.startswith("n_")}
+        self.log_dict(out, prog_bar=False)
+        return out
+
+    def on_validation_epoch_end(self) -> None:
+        self._eval_end("val")
+
+    def on_test_epoch_end(self) -> None:
+        self._eval_end("test")
+
+    def configure_optimizers(self) -> Any:
+        assert self.recommender is not None
+        hp = self.hparams
+        loss = getattr(self.recommender, "loss_fn", None)
+        loss_ids = {id(p) for p in loss.parameters()} if isinstance(loss, torch.nn.Module) else set()
+        decay, no_decay, own = [], [], []
+        for p in self.recommender.parameters():
+            if p.requires_grad:
+                (own if id(p) in loss_ids else no_decay if p.ndim < 2 else decay).append(p)
+        groups = [
+            {"params": decay, "weight_decay": hp.weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+            {"params": own, "weight_decay": 0.0, "lr": hp.weighting_learning_rate},
+        ]
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=hp.learning_rate)
+        if hp.lr_schedule == "constant":
+            return optimizer
+        total = max(1, int(self.trainer.estimated_stepping_batches))
+        warmup = min(hp.warmup_steps, total // 2)
+
+        def factor(step: int) -> float:
+            if step < warmup:
+                return (step + 1) / max(1, warmup)
+            progress = (step - warmup) / max(1, total - warmup)
+            return 0.5 * (1.0 + float(np.cos(np.pi * min(1.0, progress))))
+
+        scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    def configure_callbacks(self) -> list[Callback]:
+        monitor = self.hparams.monitor
+        callbacks: list[Callback] = [
+            ModelCheckpoint(monitor=monitor, mode="max", save_last=True, filename="best-{epoch}-{" + monitor + ":.4f}")
+        ]
+        if self.hparams.early_stopping_patience > 0:
+            callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=self.hparams.early_stopping_patience))
+        return callbacks
+
+
+def load_task(checkpoint: str | Path) -> GenerativeTask:
+    """A trained :class:`GenerativeTask` from a checkpoint, on CPU, in eval mode (no data needed)."""
+    task = GenerativeTask.load_from_checkpoint(str(checkpoint), map_location="cpu")
+    return task.eval()
