@@ -153,3 +153,17 @@ def test_committed_configs_parse(config: Path, capsys: pytest.CaptureFixture[str
 
 def test_there_are_generative_configs() -> None:
     assert {"beauty.yaml", "beauty_h200.yaml", "synthetic.yaml"} <= {p.name for p in CONFIGS}
+
+
+def test_fit_resumes_from_the_last_checkpoint(tmp_cwd: Path) -> None:
+    """A run stopped after epoch 1 resumes from ``last.ckpt``: weights, optimiser and the
+    multi-target step counter (the curriculum clock) carry on instead of restarting."""
+    first = _fit(tmp_cwd, "--model.weighting=multi", "--trainer.max_epochs=1", "--after_fit.test=false",
+                 "--after_fit.export=false")
+    steps = int(first.model.recommender.loss_fn.step)
+    last = tmp_cwd / "runs" / "checkpoints" / "last.ckpt"
+    assert last.is_file() and steps > 0
+    resumed = _fit(tmp_cwd, "--model.weighting=multi", "--trainer.max_epochs=2", f"--ckpt_path={last}",
+                   "--after_fit.export=false")
+    assert resumed.trainer.current_epoch == 2
+    assert int(resumed.model.recommender.loss_fn.step) == 2 * steps
