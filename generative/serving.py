@@ -30,8 +30,6 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Tuple
 
@@ -41,6 +39,7 @@ from torch import Tensor, nn
 
 from generative.decoding import ConstrainedBeamSearch
 from generative.model import SIDRecommender
+from recsys.export.serving import eval_mode, model_device
 from recsys.io import atomic_dir
 
 __all__ = [
@@ -95,21 +94,6 @@ class SIDServingModule(nn.Module):
             return self.search(history.to(torch.int64), self.k, self.beam_size)
 
 
-@contextmanager
-def _eval_mode(*modules: nn.Module) -> Iterator[None]:
-    """Eval mode and no_grad inside; every submodule's training flag restored after."""
-    flags = [[(m, m.training) for m in root.modules()] for root in modules]
-    try:
-        for root in modules:
-            root.eval()
-        with torch.no_grad():
-            yield
-    finally:
-        for group in flags:
-            for m, flag in group:
-                m.training = flag
-
-
 def serving_module(
     model: SIDRecommender, k: int = 10, beam_size: int | None = None, plain_embedding: bool = True
 ) -> SIDServingModule:
@@ -154,9 +138,9 @@ def check_recommender_parity(
     Eager decoding runs on a CPU copy when the model is on an accelerator. Raises
     :class:`ExportError` when any item differs or a score differs by more than ``PARITY_ATOL``.
     """
-    reference = model if _device(model).type == "cpu" else copy.deepcopy(model).cpu()
+    reference = model if model_device(model).type == "cpu" else copy.deepcopy(model).cpu()
     diff = 0.0
-    with _eval_mode(reference, served):
+    with eval_mode(reference, served):
         for history in histories:
             items, scores = reference.recommend(history, k, beam_size)
             got_items, got_scores = served(history)
@@ -171,12 +155,6 @@ def check_recommender_parity(
     if not diff <= PARITY_ATOL:
         raise ExportError(f"exported scores differ from eager decoding by {diff:.3g} (> {PARITY_ATOL})")
     return diff
-
-
-def _device(model: nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")
 
 
 def _metadata(

@@ -28,7 +28,7 @@ from recsys.data.encoders import EncodedData, Preprocessor
 from recsys.data.schema import SchemaError
 from recsys.export.serving import (
     LOADER_FILE,
-    _eval_mode,
+    eval_mode,
     export_schema,
     kjt_to_lists,
     load_exported,
@@ -120,7 +120,7 @@ class Predictor:
 
         def score(batch: Batch) -> torch.Tensor:
             batch = batch.to(device)
-            with _eval_mode(model):
+            with eval_mode(model):
                 return torch.sigmoid(model(batch.dense_features, batch.sparse_features)).cpu()
 
         return cls(pre, score, batch_size)
@@ -192,7 +192,7 @@ def _max_abs_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 
 def _eager(model: RankingModel, batches: list[Batch]) -> list[torch.Tensor]:
     device = model_device(model)
-    with _eval_mode(model):
+    with eval_mode(model):
         return [torch.sigmoid(model(*_on(b, device))).cpu() for b in batches]
 
 

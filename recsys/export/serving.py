@@ -51,6 +51,7 @@ __all__ = [
     "fused_parts",
     "kjt_to_lists",
     "load_exported",
+    "eval_mode",
     "model_device",
     "read_export_schema",
     "synthetic_inputs",
@@ -208,7 +209,7 @@ def model_device(model: nn.Module) -> torch.device:
 
 
 @contextmanager
-def _eval_mode(*modules: nn.Module) -> Iterator[None]:
+def eval_mode(*modules: nn.Module) -> Iterator[None]:
     """Eval mode and no_grad inside; every submodule's training flag restored after."""
     flags = [[(m, m.training) for m in root.modules()] for root in modules]
     try:
@@ -247,7 +248,7 @@ def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
     if check:
         values, lengths, dense = synthetic_inputs(model.schema, 16)
         kjt, dense = _kjt(model.sparse_names, values, lengths).to(device), dense.to(device)
-        with _eval_mode(model, out):
+        with eval_mode(model, out):
             diff = float((model(dense, kjt) - out(dense, kjt)).abs().max())
         if not diff <= PARITY_ATOL:
             raise ExportError(f"plain-kernel copy differs from the fused model by {diff:.3g} (> {PARITY_ATOL})")
@@ -400,7 +401,7 @@ def export_model(
     cpu_model = plain if device.type == "cpu" else (copy.deepcopy(plain) if plain is model else plain).cpu()
     info = _schema_json(model, preprocessor, schema, dict(metadata or {}))
     info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
-    with _eval_mode(model, cpu_model):
+    with eval_mode(model, cpu_model):
         scripted = torch.jit.script(ServingModule(cpu_model, **serving_args))
         diff = 0.0
         for batch_size in (1, 5):
