@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -104,7 +105,9 @@ def test_export_command_writes_a_serving_folder_that_matches_eager(fitted: tuple
     out = tmp_path / "export"
     assert salience(["export", "--checkpoint", cli.trainer.checkpoint_callback.best_model_path, "--output", str(out)]) == 0
     assert {"model.pt", "schema.json", "loader.py"} <= {p.name for p in out.iterdir()}
-    assert "max |eager - exported| = 0.00e+00" in capsys.readouterr().out
+    # same kernels, but the fresh process may run another thread count: float32 rounding only
+    match = re.search(r"max \|eager - exported\| = (\S+)", capsys.readouterr().out)
+    assert match is not None and float(match.group(1)) <= 1e-6
 
 
 def test_same_seed_same_metrics(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
