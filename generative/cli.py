@@ -52,29 +52,10 @@ class GenerativeCLI(TrackedCLI):
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(GenerativeTracking, "tracking")
-        parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
-        parser.add_argument("--after_fit.export", type=bool, default=True, help="export the best model to TorchScript (sid)")
-        parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
-        parser.add_argument("--after_fit.verbose", type=bool, default=True, help="print the test metrics table")
+        self.add_after_fit_arguments(parser, export_help="export the best model to TorchScript (sid)")
 
-    def after_fit(self) -> None:
-        cfg = self.subcommand_config["after_fit"]
-        tracking = self.tracking
-        try:
-            if self.trainer.interrupted:
-                return
-            ckpt_cb = self.trainer.checkpoint_callback
-            ckpt = "best" if ckpt_cb is not None and ckpt_cb.best_model_path else None
-            if cfg["test"]:
-                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"])
-            if cfg["export"] and self.model.hparams.arch == "sid":
-                self._export(cfg["export_dir"], tracking)
-        except BaseException:
-            if tracking is not None:
-                tracking.finish("FAILED")
-            raise
-        if tracking is not None:
-            tracking.finish()
+    def can_export(self) -> bool:
+        return self.model.hparams.arch == "sid"  # SASRec is the baseline; serving is for the generative model
 
     def _export(self, export_dir: str | None, tracking: GenerativeTracking | None) -> None:
         """Export the best model with its beam search, then check it in a fresh process on real histories."""

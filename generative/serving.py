@@ -40,7 +40,7 @@ from torch import Tensor, nn
 from generative.decoding import ConstrainedBeamSearch
 from generative.model import SIDRecommender
 from recsys.export.serving import eval_mode, model_device
-from recsys.io import atomic_dir
+from recsys.io import atomic_dir, read_marked_json
 
 __all__ = [
     "EXPORT_FORMAT",
@@ -246,13 +246,7 @@ def export_recommender(
 
 def read_metadata(export_dir: str | Path) -> dict[str, Any]:
     """The parsed ``metadata.json`` of an export directory (checks the format marker)."""
-    path = Path(export_dir) / METADATA_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {METADATA_FILE} in {export_dir}: not a semantic-ID export directory")
-    info = json.loads(path.read_text(encoding="utf-8"))
-    if info.get("format") != EXPORT_FORMAT:
-        raise ValueError(f"{path}: format {info.get('format')!r} is not {EXPORT_FORMAT!r}")
-    return info
+    return read_marked_json(export_dir, METADATA_FILE, EXPORT_FORMAT, "a semantic-ID export directory")
 
 
 def load_recommender(path: str | Path) -> torch.jit.ScriptModule:

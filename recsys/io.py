@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_dir", "atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
+__all__ = ["atomic_dir", "read_marked_json", "atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
 
 
 @contextmanager
@@ -77,3 +77,17 @@ def atomic_dir(output_dir: str | Path, marker: str) -> Iterator[Path]:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def read_marked_json(folder: str | Path, name: str, expected_format: str, what: str) -> dict[str, Any]:
+    """The parsed JSON file ``name`` of ``folder``, whose ``format`` key must be ``expected_format``.
+
+    A missing file raises ``FileNotFoundError`` saying the folder is not ``what``.
+    """
+    path = Path(folder) / name
+    if not path.is_file():
+        raise FileNotFoundError(f"no {name} in {folder}: not {what}")
+    info = json.loads(path.read_text(encoding="utf-8"))
+    if info.get("format") != expected_format:
+        raise ValueError(f"{path}: format {info.get('format')!r} is not {expected_format!r}")
+    return info

@@ -35,7 +35,7 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.encoders import Preprocessor
-from recsys.io import atomic_dir
+from recsys.io import atomic_dir, read_marked_json
 from recsys.data.batching import random_batch
 from recsys.data.schema import Schema
 from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch
@@ -430,13 +430,7 @@ def export_model(
 
 def read_export_schema(export_dir: str | Path) -> dict[str, Any]:
     """The parsed ``schema.json`` of an export directory (checks the format marker)."""
-    path = Path(export_dir) / SCHEMA_FILE
-    if not path.is_file():
-        raise FileNotFoundError(f"no {SCHEMA_FILE} in {export_dir}: not an export directory")
-    info = json.loads(path.read_text(encoding="utf-8"))
-    if info.get("format") != EXPORT_FORMAT:
-        raise ValueError(f"{path}: format {info.get('format')!r} is not {EXPORT_FORMAT!r}")
-    return info
+    return read_marked_json(export_dir, SCHEMA_FILE, EXPORT_FORMAT, "an export directory")
 
 
 def load_exported(export_dir: str | Path) -> torch.jit.ScriptModule:

@@ -36,7 +36,8 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 
 class TrackedCLI(LightningCLI):
     """LightningCLI whose MLflow run (the ``tracking`` callback) gets the resolved config and
-    stays open across ``fit`` -> test -> export (the subclass's ``after_fit`` finishes it)."""
+    stays open across ``fit`` -> test -> export; :meth:`after_fit` runs those and finishes it
+    (subclasses say whether they can test and export, and how to export)."""
 
     @property
     def subcommand_config(self) -> Any:
@@ -67,6 +68,44 @@ class TrackedCLI(LightningCLI):
     def before_test(self) -> None:
         self._attach_config()
 
+    @staticmethod
+    def add_after_fit_arguments(parser: LightningArgumentParser, export_help: str) -> None:
+        """The ``--after_fit.*`` switches read by :meth:`after_fit`."""
+        parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
+        parser.add_argument("--after_fit.export", type=bool, default=True, help=export_help)
+        parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
+        parser.add_argument("--after_fit.verbose", type=bool, default=True, help="print the test metrics table")
+
+    def can_test(self) -> bool:
+        """Whether the data has a test split to evaluate after fit."""
+        return True
+
+    def can_export(self) -> bool:
+        """Whether the trained model is one :meth:`_export` can export."""
+        return True
+
+    def _export(self, export_dir: str | None, tracking: MlflowTracking | None) -> None:
+        raise NotImplementedError
+
+    def after_fit(self) -> None:
+        """Test the best checkpoint and export it (as ``--after_fit.*`` say), then close the run."""
+        cfg = self.subcommand_config["after_fit"]
+        tracking = self.tracking
+        try:
+            if self.trainer.interrupted:
+                return
+            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
+            if cfg["test"] and self.can_test():
+                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"])
+            if cfg["export"] and self.can_export():
+                self._export(cfg["export_dir"], tracking)
+        except BaseException:
+            if tracking is not None:
+                tracking.finish("FAILED")
+            raise
+        if tracking is not None:
+            tracking.finish()
+
 
 class SalienceCLI(TrackedCLI):
     """LightningCLI with schema linking, MLflow tracking and test + export after fit."""
@@ -87,10 +126,7 @@ class SalienceCLI(TrackedCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data", "model.schema", compute_fn=lambda dm: dm.schema_dict, apply_on="instantiate")
         parser.add_lightning_class_args(MlflowTracking, "tracking")
-        parser.add_argument("--after_fit.test", type=bool, default=True, help="evaluate the best checkpoint on the test split")
-        parser.add_argument("--after_fit.export", type=bool, default=True, help="export the best model to TorchScript")
-        parser.add_argument("--after_fit.export_dir", type=str | None, default=None, help="export folder (default: under the run folder)")
-        parser.add_argument("--after_fit.verbose", type=bool, default=True, help="print the test metrics table")
+        self.add_after_fit_arguments(parser, export_help="export the best model to TorchScript")
         parser.add_argument(
             "--predictions", type=str | None, default=None, help="CSV written by `predict` (default: <default_root_dir>/predictions.csv)"
         )
@@ -106,23 +142,8 @@ class SalienceCLI(TrackedCLI):
                 raise cause from None
             raise
 
-    def after_fit(self) -> None:
-        cfg = self.subcommand_config["after_fit"]
-        tracking = self.tracking
-        try:
-            if self.trainer.interrupted:
-                return
-            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
-            if cfg["test"] and self.datamodule.prepared.splits.get("test") is not None:
-                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"])
-            if cfg["export"]:
-                self._export(cfg["export_dir"], tracking)
-        except BaseException:
-            if tracking is not None:
-                tracking.finish("FAILED")
-            raise
-        if tracking is not None:
-            tracking.finish()
+    def can_test(self) -> bool:
+        return self.datamodule.prepared.splits.get("test") is not None
 
     def after_predict(self) -> None:
         """Write the test-split scores (with labels) to a CSV."""
