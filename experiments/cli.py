@@ -7,7 +7,8 @@
     salience quality DATA... | --config CFG
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
-    salience bench throughput|quality|selection|dims|generative [ARGS]
+    salience bench throughput|quality|selection|dims|generative|hpo [ARGS]
+    salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
     salience gen fit|test --config experiments/configs/gen_beauty.yaml
     salience gen recommend --model EXPORT_DIR --history "12 7 99"
@@ -87,9 +88,15 @@ def _gen(argv: Sequence[str]) -> int:
     return gen_main(argv)
 
 
+def _tune(argv: Sequence[str]) -> int:
+    from experiments.hpo.tune import tune_main
+
+    return tune_main(argv)
+
+
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims", "generative"])
+    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims", "generative", "hpo"])
     args, rest = parser.parse_known_args(argv)
     if args.name == "throughput":
         from experiments.benchmarks.train_throughput import main as bench_main
@@ -99,8 +106,10 @@ def _bench(argv: Sequence[str]) -> int:
         from experiments.benchmarks.selection import main as bench_main
     elif args.name == "dims":
         from experiments.benchmarks.dims import main as bench_main
-    else:
+    elif args.name == "generative":
         from experiments.benchmarks.generative import main as bench_main
+    else:
+        from experiments.benchmarks.hpo import main as bench_main
     return int(bench_main(rest) or 0)
 
 
@@ -112,8 +121,9 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "dims": (_dims, "search embedding dims (uniform, mde, dnis, ihas), retrain, compare with uniform-16"),
     "sid": (_sid, "build semantic IDs (RQ-KMeans, RQ-VAE) for an item catalogue"),
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
+    "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative)"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo)"),
 }
 
 

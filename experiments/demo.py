@@ -17,12 +17,19 @@ Stage 4 (generative) builds semantic IDs for the synthetic item catalogue (RQ-KM
 generative model with the multi-target token weighting and the SASRec baseline through
 ``salience gen fit``, tests both, exports the generative model with its constrained beam search to
 TorchScript and checks it against eager decoding.
+
+Stage 5 (hyperparameter search) runs a short ``salience tune`` of the synthetic DCNv2 with the
+GIF sampler (warm start, importance, groups, per-group TPE, fallback), tracked in MLflow, and
+writes the best config; then GIF and TPE race on an anisotropic analytic function, where the
+regret is known exactly.
 """
 
 from __future__ import annotations
 
 import argparse
+import textwrap
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -76,17 +83,21 @@ SELECTION_KS = (2, 4, 8, 12)
 SELECTION_TOLERANCE = 0.005
 
 
-def _stage_recipe(rows: int, epochs: int, seed: int, workdir: Path) -> Any:
-    """The synthetic default for the later stages, with smaller id vocabularies so that 50k
-    rows teach the id effects (~10 rows per user)."""
-    from recsys.train.recipe import Recipe
-
-    overrides = [
+def _stage_overrides(rows: int, seed: int) -> list[str]:
+    """The synthetic default's data for the later stages, with smaller id vocabularies so that
+    50k rows teach the id effects (~10 rows per user)."""
+    return [
         f"--data.reader.init_args.n_rows={rows}",
         f"--data.reader.init_args.seed={seed}",
         "--data.reader.init_args.cardinality_scale=0.05",
-        f"--trainer.max_epochs={epochs}",
     ]
+
+
+def _stage_recipe(rows: int, epochs: int, seed: int, workdir: Path) -> Any:
+    """The synthetic default for the later stages (see :func:`_stage_overrides`)."""
+    from recsys.train.recipe import Recipe
+
+    overrides = [*_stage_overrides(rows, seed), f"--trainer.max_epochs={epochs}"]
     return Recipe(CONFIG, overrides, workdir=workdir, quiet=True)
 
 
@@ -197,6 +208,139 @@ def run_generative_stage(epochs: int = 3, output: str = "runs/demo", seed: int =
             "seconds": round(time.perf_counter() - start, 1)}
 
 
+#: the analytic race of the tuning stage: (function, dimensions)
+TUNING_RACE = ("rastrigin", 30)
+
+
+def run_tuning_stage(
+    rows: int = 10_000,
+    n_trials: int = 10,
+    output: str = "runs/demo",
+    seed: int = 0,
+    limit_train_batches: int = 8,
+    race_budget: int = 200,
+) -> dict[str, Any]:
+    """GIF tuning of the synthetic DCNv2 (1 epoch per trial), then GIF vs TPE on an analytic function.
+
+    The study lives in ``<output>/tuning/optuna.db`` and is started afresh on every run (a demo
+    re-run trains again rather than resuming); ``race_budget=0`` skips the analytic race.
+    """
+    import optuna
+    from optuna.trial import TrialState
+
+    from experiments.hpo import read_schedule, trial_phase
+    from experiments.hpo.tune import tune
+
+    out = Path(output) / "tuning"
+    out.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    storage = f"sqlite:///{out.resolve() / 'optuna.db'}"
+    name = f"demo-synthetic_dcnv2-gif-s{seed}"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        optuna.delete_study(study_name=name, storage=storage)
+    except KeyError:
+        pass
+    result = tune(
+        CONFIG,
+        sampler="gif",
+        n_trials=n_trials,
+        storage=storage,
+        study_name=name,
+        seed=seed,
+        max_epochs=1,
+        limit_train_batches=limit_train_batches,
+        overrides=_stage_overrides(rows, seed),
+        output=out / "best_config.yaml",
+        tracking=True,
+    )
+    study = optuna.load_study(study_name=name, storage=storage)
+    trials = study.get_trials(deepcopy=False)
+    schedule = read_schedule(study)
+    phases: dict[str, int] = {}
+    for t in trials:
+        phase = trial_phase(t)[0] or "?"
+        phases[phase] = phases.get(phase, 0) + 1
+    summary: dict[str, Any] = {
+        "rows": rows,
+        "n_trials": n_trials,
+        "study_name": name,
+        "storage": storage,
+        "best_val_auc": result.best_value,
+        "best_trial": result.best_trial,
+        "best_params": result.best_params,
+        "states": {k: n for k, n in ((s.name.lower(), sum(t.state == s for t in trials)) for s in TrialState) if n},
+        "phases": phases,
+        "schedule": schedule.to_dict() if schedule is not None else None,
+        "best_config": result.best_config_path,
+        "trials_dir": result.output_dir,
+        "mlflow_run_id": result.parent_run_id,
+        "tune_seconds": round(time.perf_counter() - start, 1),
+    }
+    summary["race"] = _analytic_race(race_budget, seed) if race_budget > 0 else None
+    summary["seconds"] = round(time.perf_counter() - start, 1)
+    return summary
+
+
+def _analytic_race(budget: int, seed: int) -> dict[str, Any]:
+    """Best regret of GIF, TPE and random search after ``budget`` trials on :data:`TUNING_RACE`."""
+    import optuna
+
+    from experiments.hpo import make_sampler
+    from experiments.hpo.problems import analytic
+
+    problem = analytic(*TUNING_RACE)
+    regret: dict[str, float] = {}
+    seconds: dict[str, float] = {}
+    for sampler in ("gif", "tpe", "random"):
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # multivariate TPE
+            study = optuna.create_study(sampler=make_sampler(sampler, n_trials=budget, seed=seed))
+            study.optimize(problem.objective, n_trials=budget)
+        regret[sampler] = float(study.best_value - problem.optimum)
+        seconds[sampler] = round(time.perf_counter() - start, 2)
+    return {"problem": f"{problem.name}-{problem.dim}d", "budget": budget, "regret": regret, "seconds": seconds}
+
+
+def _short(value: Any) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
+def _tuning_lines(s: dict[str, Any]) -> list[str]:
+    states = ", ".join(f"{n} {k}" for k, n in s["states"].items())
+    phases = ", ".join(f"{n} {k}" for k, n in s["phases"].items())
+    lines = ["", f"Hyperparameter search: salience tune --sampler gif on {s['rows']:,} rows "
+             f"({s['n_trials']} trials, 1 epoch each)"]
+    if s["best_val_auc"] is not None:
+        lines.append(f"  best val AUC       {s['best_val_auc']:.4f} (trial {s['best_trial']})")
+        params = ", ".join(f"{k}={_short(v)}" for k, v in s["best_params"].items())
+        lines += textwrap.wrap(params, 110, initial_indent="  best params        ", subsequent_indent=" " * 21)
+    else:
+        lines.append("  no trial completed")
+    lines.append(f"  trials             {states} (phases: {phases})")
+    sched = s["schedule"]
+    if sched is not None:
+        lines.append(f"  GIF schedule       {sched['n_warmup']} warm-start, importance by {sched['evaluator']}"
+                     + (f" ({sched['note']})" if sched["note"] else ""))
+        for g, (names, budget) in enumerate(zip(sched["groups"], sched["budgets"])):
+            imp = sum(sched["importance"].get(n, 0.0) for n in names)
+            lines.append(f"    group {g}  {budget:>3} trial(s)  {', '.join(names)} (importance {imp:.2f})")
+        lines.append(f"    fallback {sched['n_fallback']:>3} trial(s)  full space")
+    else:
+        lines.append("  GIF schedule       none (the budget ended within the warm start)")
+    lines += [f"  best config        {s['best_config']}  (retrain: salience fit --config {s['best_config']})",
+              f"  trials table       {s['trials_dir']}/trials.csv (study {s['study_name']} in {s['storage']})",
+              f"  MLflow run         {s['mlflow_run_id']} (nested runs: one per trial)"]
+    race = s["race"]
+    if race is not None:
+        r = race["regret"]
+        lines += [f"  GIF vs TPE on {race['problem']} (anisotropic; {race['budget']} trials, 1 seed)",
+                  f"    regret (0 = optimum): GIF {r['gif']:.3g}   TPE {r['tpe']:.3g}   random {r['random']:.3g}"]
+    lines.append(f"  wall time          {s['seconds']} s (search {s['tune_seconds']} s)")
+    return lines
+
+
 def _generative_lines(s: dict[str, Any]) -> list[str]:
     cb = s["codebook"]
     lines = ["", f"Generative recommendation on synthetic sequences (semantic IDs {cb['level_sizes']}, "
@@ -253,11 +397,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--selection-rows", type=int, default=50_000, help="rows of the feature-selection stage (0 skips it)")
     parser.add_argument("--dims-rows", type=int, default=50_000, help="rows of the embedding-dimension stage (0 skips it)")
     parser.add_argument("--gen-epochs", type=int, default=3, help="epochs of the generative stage (0 skips it)")
+    parser.add_argument("--tune-trials", type=int, default=10, help="trials of the GIF tuning stage (0 skips it)")
     args = parser.parse_args(argv)
     s = run_demo(args.rows, args.epochs, args.output, args.seed)
     selection = run_selection_stage(args.selection_rows, 2, args.output, args.seed) if args.selection_rows > 0 else None
     dims = run_dims_stage(args.dims_rows, 2, args.output, args.seed) if args.dims_rows > 0 else None
     gen = run_generative_stage(args.gen_epochs, args.output, args.seed) if args.gen_epochs > 0 else None
+    tuning = None
+    if args.tune_trials > 0:
+        tuning = run_tuning_stage(n_trials=args.tune_trials, output=args.output, seed=args.seed)
     from recsys.tracking import tracking_uri
 
     parity = s["parity_max_abs_diff"]
@@ -279,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
         lines += _dims_lines(dims)
     if gen is not None:
         lines += _generative_lines(gen)
+    if tuning is not None:
+        lines += _tuning_lines(tuning)
     lines += [
         "",
         "Open the MLflow UI:   make ui    (serves http://127.0.0.1:5000)",

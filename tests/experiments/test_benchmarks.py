@@ -107,3 +107,30 @@ def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     assert (tmp_path / "dims_quick.png").exists()
     markdown = (tmp_path / "dims_quick.md").read_text()
     assert "| dnis |" in markdown and "| ihas |" in markdown and "## Targets" in markdown
+
+
+def test_hpo_benchmark_quick(tmp_path: Path) -> None:
+    """The HPO benchmark runs end to end at tiny size in worker processes (numbers meaningless)."""
+    from experiments.benchmarks import hpo as bench
+
+    assert bench.main(["--quick", "--jobs", "2", "--output", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "hpo_quick.json").read_text())
+    assert result["quick"] and {"command", "date", "hardware", "versions", "targets", "seconds"} <= set(result)
+    assert "frappe" not in result  # --quick never tunes Frappe
+    analytic = result["analytic"]
+    assert len(analytic["runs"]) == len(bench.QUICK["methods"]) * bench.QUICK["seeds"]
+    for run in analytic["runs"]:
+        assert run["final"] >= 0 and len(run["checkpoints"]) == bench.QUICK["budget"] // bench.CHECKPOINT_EVERY
+    (task,) = analytic["tasks"].values()
+    assert set(task["methods"]) == set(bench.QUICK["methods"])
+    assert {"final", "auc", "curve"} <= set(task["methods"]["gif"])
+    assert all("schedule" in r for r in analytic["runs"] if r["method"] == "gif")  # the GIF schedule was read
+    assert "gif_competitive_low_d" in analytic["checks"]
+    bayesmark = result["bayesmark"]
+    assert set(bayesmark["mean_score"]) == set(bench.QUICK["bayesmark_methods"])
+    assert (tmp_path / "hpo_quick.png").exists()
+    markdown = (tmp_path / "hpo_quick.md").read_text()
+    assert "| sphere-d5 | gif |" in markdown and "### Targets" in markdown
+    (tmp_path / "hpo_quick.md").unlink()
+    assert bench.main(["--render", str(tmp_path / "hpo_quick.json")]) == 0
+    assert (tmp_path / "hpo_quick.md").read_text() == markdown

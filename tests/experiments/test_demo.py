@@ -40,3 +40,43 @@ def test_generative_stage(tmp_cwd: Path) -> None:
     assert s["export"]["items_equal"] and s["export"]["max_abs_score_diff"] <= 1e-5
     text = "\n".join(_generative_lines(s))
     assert "sid-multi" in text and "export" in text
+
+
+def test_tuning_stage(tmp_cwd: Path) -> None:
+    import math
+
+    import yaml
+    from mlflow import MlflowClient
+
+    from experiments.demo import _tuning_lines, run_tuning_stage
+    from recsys.tracking import tracking_uri
+
+    s = run_tuning_stage(rows=3000, n_trials=8, output=str(tmp_cwd / "demo"), limit_train_batches=2, race_budget=20)
+    assert sum(s["states"].values()) == sum(s["phases"].values()) == 8
+    sched = s["schedule"]
+    assert sched is not None and sched["groups"] and all(sched["budgets"])
+    assert s["phases"]["warmup"] == sched["n_warmup"]
+    assert s["phases"].get("group", 0) == sum(sched["budgets"])
+    assert {p for g in sched["groups"] for p in g} <= set(sched["importance"])
+
+    # the best config: the synthetic config with the best trial's hyperparameters, at the stage's data size
+    path = Path(s["best_config"])
+    assert path == tmp_cwd / "demo" / "tuning" / "best_config.yaml"
+    best, params = yaml.safe_load(path.read_text()), s["best_params"]
+    assert best["model"]["optimizer"] == params["optimizer"]
+    assert math.isclose(best["model"]["learning_rate"], params["learning_rate"], rel_tol=1e-9)
+    assert best["model"]["arch_args"]["cross_layers"] == params["cross_layers"]
+    assert best["data"]["embedding_dim"] == params["embedding_dim"]
+    assert best["data"]["reader"]["init_args"]["n_rows"] == 3000
+    assert 0.0 < s["best_val_auc"] <= 1.0
+
+    # one MLflow parent run for the study, every trial's fit nested under it
+    client = MlflowClient(tracking_uri())
+    parent = client.get_run(s["mlflow_run_id"])
+    children = client.search_runs([parent.info.experiment_id], f"tags.mlflow.parentRunId = '{parent.info.run_id}'")
+    assert len(children) == 8
+
+    assert set(s["race"]["regret"]) == {"gif", "tpe", "random"}
+    assert all(math.isfinite(v) and v >= 0.0 for v in s["race"]["regret"].values())
+    text = "\n".join(_tuning_lines(s))
+    assert "GIF schedule" in text and "best_config.yaml" in text and "GIF vs TPE" in text
