@@ -50,6 +50,15 @@ def make_evaluator(name: str | BaseImportanceEvaluator, seed: int | None = None)
     raise ValueError(f"unknown importance evaluator {name!r}; choose one of {', '.join(EVALUATORS)}")
 
 
+def _finite_trials(study: optuna.Study, target: Callable[[FrozenTrial], float] | None) -> list[tuple[FrozenTrial, float]]:
+    """Completed trials with a finite target value (the objective by default)."""
+    if target is None and len(study.directions) > 1:
+        raise ValueError("a multi-objective study needs `target` to assess importance")
+    trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+    values = [target(t) if target is not None else t.value for t in trials]
+    return [(t, float(v)) for t, v in zip(trials, values) if v is not None and math.isfinite(v)]
+
+
 def unit_encode(values: list[object], dist: BaseDistribution) -> tuple[np.ndarray, bool]:
     """Map one parameter's values (``None`` = absent) into ``[0, 1]`` (log scale where the
     distribution is), absent as ``nan``. Returns ``(x [n], categorical)``; categorical values
@@ -104,13 +113,9 @@ class NRReliefFImportanceEvaluator(BaseImportanceEvaluator):
         *,
         target: Callable[[FrozenTrial], float] | None = None,
     ) -> dict[str, float]:
-        trials = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
-        if target is None and len(study.directions) > 1:
-            raise ValueError("a multi-objective study needs `target` to assess importance")
-        values = np.array([target(t) if target is not None else t.value for t in trials], dtype=float)
-        keep = np.isfinite(values)
-        trials = [t for t, k in zip(trials, keep) if k]
-        values = values[keep]
+        kept = _finite_trials(study, target)
+        trials = [t for t, _ in kept]
+        values = np.array([v for _, v in kept], dtype=float)
         distributions: dict[str, BaseDistribution] = {}
         for t in trials:
             for name, dist in t.distributions.items():
@@ -172,11 +177,7 @@ class ElementaryEffectsImportanceEvaluator(BaseImportanceEvaluator):
         *,
         target: Callable[[FrozenTrial], float] | None = None,
     ) -> dict[str, float]:
-        if target is None and len(study.directions) > 1:
-            raise ValueError("a multi-objective study needs `target` to assess importance")
-        trials = study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-        values = [target(t) if target is not None else t.value for t in trials]
-        kept = [(t, float(v)) for t, v in zip(trials, values) if v is not None and math.isfinite(v)]
+        kept = _finite_trials(study, target)
         names = sorted({p for t, _ in kept for p in t.params}) if params is None else list(params)
         effects: dict[str, list[float]] = {n: [] for n in names}
         for name in names:  # trials that agree on every other parameter share a key
