@@ -18,7 +18,8 @@ from experiments.hpo import GIFSampler, SequentialGroupingSampler, make_sampler,
 from experiments.hpo.gif import PROBE_ATTR, SCHEDULE_ATTR
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+# multivariate TPE, QMC and storage heartbeats are marked experimental by Optuna
+pytestmark = pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 
 SCALES = np.array([4.0, 2.0, 1.0, 0.5, 0.25, 0.1])  # planted importance of x0..x5
 
