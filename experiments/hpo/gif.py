@@ -546,10 +546,9 @@ class GIFSampler(BaseSampler):
         plan = self._plan_of(trial)
         if plan.phase == WARMUP:
             return self._qmc.infer_relative_search_space(study, trial) if self._qmc is not None else {}
-        space = self._tpe.infer_relative_search_space(study, trial)
         if plan.phase == GROUP:
-            space = {p: d for p, d in intersection_search_space(_completed(study)).items() if p in plan.space}
-        return space
+            return {p: d for p, d in intersection_search_space(_completed(study)).items() if p in plan.space}
+        return self._tpe.infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
