@@ -22,8 +22,9 @@ Several worker processes may share one study. The parent's id is kept in the stu
 ``mlflow_parent_run_id``). Workers that start together and find no id each create a candidate
 parent, wait ``settle_s`` so that every candidate is visible, and elect the same one: the
 earliest started, then the smallest run id. Losers delete their candidate before logging any
-child. :meth:`StudyTracker.finalize` repeats the election and moves the children of any
-leftover duplicate, so the layout converges even if a write stalled past the settle time.
+child. :meth:`StudyTracker.finalize` repeats the election (over the live candidates and the
+finished parents tagged with the same Optuna study id) and moves the children of any leftover
+duplicate, so the layout converges even if a write stalled past the settle time.
 Opening a local sqlite store is serialised across processes (MLflow migrates a new store on
 first use, and concurrent migrations break it).
 """
@@ -121,19 +122,21 @@ class StudyTracker:
             if known is not None and self._alive(known):
                 self._parent = known
             elif study is None or isinstance(study._storage, InMemoryStorage):
-                self._parent = self._create_parent().info.run_id  # no other process shares the study
+                self._parent = self._create_parent(study).info.run_id  # no other process shares the study
             else:
-                own = self._create_parent()
+                own = self._create_parent(study)
                 time.sleep(self.settle_s)
-                self._parent = _elect(self._candidates(own.info.run_id, own.info.start_time), own.info.run_id)
+                self._parent = _elect(self._candidates(own), own.info.run_id)
                 if self._parent != own.info.run_id:
                     self.client.delete_run(own.info.run_id)
             if study is not None and study.user_attrs.get(PARENT_ATTR) != self._parent:
                 study.set_user_attr(PARENT_ATTR, self._parent)
             return self._parent
 
-    def _create_parent(self) -> Run:
+    def _create_parent(self, study: optuna.Study | None) -> Run:
         tags = {"optuna.study_name": self.study_name, "salience.role": "study"}
+        if study is not None:
+            tags["optuna.study_id"] = str(study._study_id)
         return self.client.create_run(self.experiment_id, run_name=self.study_name, tags=tags)
 
     def _alive(self, run_id: str) -> bool:
@@ -144,24 +147,30 @@ class StudyTracker:
         except MlflowException:  # unknown id, e.g. the MLflow store was wiped
             return False
 
-    def _candidates(self, run_id: str, start_ms: int) -> list[Run]:
-        """Live parents of this study started near ``start_ms``: ``run_id`` and the unfinished
-        ones (a finished one belongs to an earlier study of the same name)."""
-        lo, hi = start_ms - _RACE_WINDOW_MS, start_ms + _RACE_WINDOW_MS
+    def _candidates(self, own: Run) -> list[Run]:
+        """Parents of this study started near ``own``: ``own``, the unfinished ones, and the
+        finished ones of the same Optuna study (a worker that finished first); a finished parent
+        of another study id belongs to an earlier study of the same name."""
+        lo, hi = own.info.start_time - _RACE_WINDOW_MS, own.info.start_time + _RACE_WINDOW_MS
         window = f"attributes.start_time >= {lo} and attributes.start_time <= {hi}"
         runs = self._search(f"tags.`salience.role` = 'study' and {window}")
+        study_id = own.data.tags.get("optuna.study_id")
         return [
             run
             for run in runs
             if run.data.tags.get("optuna.study_name") == self.study_name
-            and (run.info.status == "RUNNING" or run.info.run_id == run_id)
+            and (
+                run.info.status == "RUNNING"
+                or run.info.run_id == own.info.run_id
+                or (study_id is not None and run.data.tags.get("optuna.study_id") == study_id)
+            )
         ]
 
     def _reconcile(self, study: optuna.Study) -> str:
         """Elect the parent again; move the children of every other candidate to it and delete
         that candidate."""
         parent = self.client.get_run(self._resolve(study))
-        candidates = self._candidates(parent.info.run_id, parent.info.start_time)
+        candidates = self._candidates(parent)
         winner = _elect(candidates, parent.info.run_id)
         for run in candidates:
             if run.info.run_id != winner:

@@ -182,8 +182,8 @@ def test_simultaneous_trackers_elect_one_parent(storage: str, uri: str, monkeypa
     barrier = threading.Barrier(len(trackers))
     create = StudyTracker._create_parent
 
-    def create_together(self: StudyTracker) -> Run:  # every candidate exists before any election
-        run = create(self)
+    def create_together(self: StudyTracker, study: optuna.Study | None) -> Run:  # every candidate exists before any election
+        run = create(self, study)
         barrier.wait()
         return run
 
@@ -222,6 +222,23 @@ def test_finalize_merges_a_duplicate_parent(storage: str, uri: str) -> None:
     (parent,) = _parents(client, "dup")
     assert parent.info.run_id == other == tracker.parent_run_id == study.user_attrs[PARENT_ATTR]  # earlier start wins
     assert sorted(_number(r) for r in _children(client, other)) == [0, 1, 2]
+
+
+def test_finalize_merges_a_split_parent_that_already_finished(storage: str, uri: str) -> None:
+    """Two workers that elected different parents (a create stalled past the settle time), the
+    first of which already finished its study: the later finalize still merges into one parent."""
+    study = optuna.create_study(study_name="split", storage=storage, sampler=optuna.samplers.RandomSampler(seed=4))
+    first = StudyTracker("split", storage=storage, tracking_uri=uri)
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=2, callbacks=[first])
+    first.finalize(study)  # its parent is FINISHED now
+    second = StudyTracker("split", storage=storage, tracking_uri=uri)
+    second._parent = second._create_parent(study).info.run_id  # the split election
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=2, callbacks=[second])
+    second.finalize(study)
+    client = MlflowClient(uri)
+    (parent,) = _parents(client, "split")
+    assert parent.info.run_id == first.parent_run_id == study.user_attrs[PARENT_ATTR]  # the earlier one
+    assert sorted(_number(r) for r in _children(client, parent.info.run_id)) == [0, 1, 2, 3]
 
 
 def _worker(storage: str, uri: str, barrier: Barrier, n_trials: int) -> None:
