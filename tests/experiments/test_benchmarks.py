@@ -134,3 +134,21 @@ def test_hpo_benchmark_quick(tmp_path: Path) -> None:
     (tmp_path / "hpo_quick.md").unlink()
     assert bench.main(["--render", str(tmp_path / "hpo_quick.json")]) == 0
     assert (tmp_path / "hpo_quick.md").read_text() == markdown
+
+
+def test_generative_benchmark_quick(tmp_path: Path) -> None:
+    """The generative benchmark's smoke run: synthetic sequences, every arm, one seed, one epoch."""
+    from experiments.benchmarks import generative as bench
+
+    assert bench.main(["--quick", "--output-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "generative_quick.json").read_text())
+    assert result["quick"] is True
+    summary = result["datasets"]["synthetic"]["summary"]
+    assert set(summary) == set(bench.ARMS)
+    for arm, stats in summary.items():
+        assert 0.0 <= stats["ndcg@10"]["mean"] <= stats["recall@10"]["mean"] <= 1.0, arm
+    assert "synthetic" in result["verdicts"]
+    markdown = (tmp_path / "generative_quick.md").read_text()
+    (tmp_path / "generative_quick.md").unlink()
+    assert bench.main(["--render", str(tmp_path / "generative_quick.json")]) == 0
+    assert (tmp_path / "generative_quick.md").read_text() == markdown
