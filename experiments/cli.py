@@ -136,20 +136,25 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    from_command_line = argv is None
-    argv = list(sys.argv[1:] if argv is None else argv)
+def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
+    """INFO lines of the project's packages on stderr, one line per message."""
     # torchrec calls torch.fx.is_fx_tracing() on every KJT build; torch logs a warning about it
     # once per process that says nothing about the user's run
     logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
     handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(logging.Formatter(fmt))
     for name in ("recsys", "experiments", "selection", "embeddings", "generative"):
         logger = logging.getLogger(name)
         logger.setLevel(logging.INFO)
         if not logger.handlers:
             logger.addHandler(handler)
         logger.propagate = False  # one line per message, even when a library configured the root logger
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from_command_line = argv is None
+    argv = list(sys.argv[1:] if argv is None else argv)
+    configure_logging()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
