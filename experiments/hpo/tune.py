@@ -641,15 +641,10 @@ def _worker_main(
     """Entry point of a spawned worker process."""
     import torch
 
+    from experiments.cli import configure_logging
+
     torch.set_num_threads(threads)
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(f"%(levelname)s [worker {worker}] %(name)s: %(message)s"))
-    for name in ("experiments", "recsys"):
-        lg = logging.getLogger(name)
-        lg.setLevel(logging.INFO)
-        lg.addHandler(handler)
-        lg.propagate = False
+    configure_logging(f"%(levelname)s [worker {worker}] %(name)s: %(message)s")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     _run_worker(settings, pruner, remaining, worker, counter, lock)
 
@@ -908,13 +903,10 @@ def tune(
     if tracker is not None:
         tracker.finalize(study)
         if best_path is not None:
-            from mlflow import MlflowClient
             from mlflow.exceptions import MlflowException
 
-            from recsys.tracking import tracking_uri
-
             try:
-                MlflowClient(tracking_uri()).log_artifact(str(parent_run_id), str(best_path), "tune")
+                tracker.client.log_artifact(str(parent_run_id), str(best_path), "tune")
             except (MlflowException, OSError) as e:  # the result is on disk either way
                 log.warning("could not log the best config to MLflow: %s", e)
     return result
