@@ -66,23 +66,45 @@ class BatchDataset(IterableDataset[Batch]):
 
     Args:
         data: the encoded split.
-        batch_size: rows per batch.
+        batch_size: rows per batch (the global batch when ``world_size`` > 1).
         shuffle: shuffle rows each epoch (seeded by ``seed + epoch``; the trainer calls
             :meth:`set_epoch`, so a resumed run sees the same order as an uninterrupted one).
         seed: base seed.
         drop_last: drop the last incomplete batch.
+        rank: this process's rank in a distributed run.
+        world_size: the number of processes. Every process walks the same global batches and
+            keeps its contiguous slice of each (rows ``rank * b .. (rank + 1) * b`` with
+            ``b = batch_size / world_size``), so the processes together see each global batch
+            once and all run the same number of steps (sharded embeddings need equal slices).
+        pad: for evaluation in a distributed run: a last batch that does not split evenly is
+            padded to equal slices with copies of its first row labelled ``-1`` (the task
+            ignores them), so no row is lost; without ``pad`` its remainder rows are dropped
+            (fewer than ``world_size`` rows per epoch).
     """
 
     def __init__(
-        self, data: EncodedData, batch_size: int, shuffle: bool = False, seed: int = 0, drop_last: bool = False
+        self,
+        data: EncodedData,
+        batch_size: int,
+        shuffle: bool = False,
+        seed: int = 0,
+        drop_last: bool = False,
+        rank: int = 0,
+        world_size: int = 1,
+        pad: bool = False,
     ) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if not 0 <= rank < world_size:
+            raise ValueError(f"rank {rank} is outside 0..{world_size - 1}")
         self.data = data
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.seed = seed
         self.drop_last = drop_last
+        self.rank = rank
+        self.world_size = world_size
+        self.pad = pad
         self.epoch = 0
         self._offsets = {name: data.offsets(name) for name in data.sparse_names}
 
@@ -91,7 +113,22 @@ class BatchDataset(IterableDataset[Batch]):
 
     def __len__(self) -> int:
         n = len(self.data)
-        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+        full, rest = divmod(n, self.batch_size)
+        if self.drop_last or (rest < self.world_size and not self.pad):
+            return full
+        return full + (rest > 0)
+
+    def _slice(self, rows: np.ndarray) -> tuple[np.ndarray, int]:
+        """This rank's rows of one global batch and how many of them are padding."""
+        if self.world_size == 1:
+            return rows, 0
+        n, w = len(rows), self.world_size
+        per = -(-n // w) if self.pad else n // w
+        mine = rows[self.rank * per : (self.rank + 1) * per]
+        n_pad = per - len(mine)
+        if n_pad:
+            mine = np.concatenate([mine, np.repeat(rows[:1], n_pad)])
+        return mine, n_pad
 
     def __iter__(self) -> Iterator[Batch]:
         n = len(self.data)
@@ -100,7 +137,11 @@ class BatchDataset(IterableDataset[Batch]):
         else:
             order = np.arange(n)
         for i in range(len(self)):
-            yield make_batch(self.data, order[i * self.batch_size : (i + 1) * self.batch_size], self._offsets)
+            rows, n_pad = self._slice(order[i * self.batch_size : (i + 1) * self.batch_size])
+            batch = make_batch(self.data, rows, self._offsets)
+            if n_pad:
+                batch.labels[-n_pad:] = -1.0
+            yield batch
 
 
 def random_batch(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,7 +69,8 @@ class PreparedData:
         return self.preprocessor.fitted_schema
 
     def save(self, folder: Path) -> None:
-        tmp = folder.with_name(folder.name + ".tmp")
+        # a folder per process: the processes of a distributed run may all build the cache
+        tmp = folder.with_name(f"{folder.name}.tmp{os.getpid()}")
         if tmp.exists():
             shutil.rmtree(tmp)
         tmp.mkdir(parents=True)
@@ -77,8 +79,11 @@ class PreparedData:
         self.preprocessor.save(tmp / "preprocessor.json")
         atomic_write_json(tmp / "summary.json", self.summary)
         if folder.exists():
-            shutil.rmtree(folder)
-        tmp.rename(folder)
+            shutil.rmtree(folder, ignore_errors=True)
+        try:
+            tmp.rename(folder)
+        except OSError:  # another process renamed its identical copy first
+            shutil.rmtree(tmp, ignore_errors=True)
 
     @classmethod
     def load(cls, folder: Path) -> PreparedData:

@@ -116,6 +116,11 @@ def _zero_oov_rows(ebc: EmbeddingBagCollection) -> EmbeddingBagCollection:
     return ebc
 
 
+def table_configs_for(arch: SparseArch) -> list[EmbeddingBagConfig]:
+    """The table configs a built :class:`SparseArch` holds."""
+    return table_configs(arch.schema, arch.config.pooling, arch.blocks)
+
+
 class SparseArch(nn.Module):
     """Embedding lookup for every sparse feature.
 
@@ -139,6 +144,7 @@ class SparseArch(nn.Module):
         fused = self.kernel is EmbeddingKernel.FUSED
         blocks = check_blocks(config.blocks, schema, key=config.blocks_key, align=4 if fused else 1)
         tables = table_configs(schema, config.pooling, blocks)
+        self.schema = schema
         self.feature_names: list[str] = schema.sparse_names
         #: resolved frequency blocks, feature -> ((start, stop, dim), ...) (empty: one table each)
         self.blocks: dict[str, tuple[Block, ...]] = blocks
@@ -150,29 +156,48 @@ class SparseArch(nn.Module):
             misaligned = [f"{f.name}={f.embedding_dim}" for f in schema.sparse if f.embedding_dim % 4]
             if misaligned:
                 raise ValueError(f"the fused FBGEMM kernel needs embedding dims that are multiples of 4; got {misaligned}")
-            from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
-
-            opt = FusedOptimizer(config.fused_optimizer)
-            if opt is FusedOptimizer.ROWWISE_ADAGRAD:
-                from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
-
-                opt_cls: type = RowWiseAdagrad
-            else:
-                opt_cls = torch.optim.SGD if opt is FusedOptimizer.SGD else torch.optim.Adagrad
             # build a plain EBC first so that both kernels start from the same initial weights,
             # and the fused one under a forked RNG so the layers built after it draw the same
             # numbers as with the plain kernel
             plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
-            with torch.random.fork_rng():
-                self.embedding_bag_collection = FusedEmbeddingBagCollection(
-                    tables=tables,
-                    optimizer_type=opt_cls,
-                    optimizer_kwargs={"lr": config.fused_lr},
-                    device=torch.device("cpu"),
-                )
-            self.embedding_bag_collection.load_state_dict(plain.state_dict())
+            self.embedding_bag_collection = self._fused_collection(plain.state_dict(), torch.device("cpu"))
         else:
             self.embedding_bag_collection = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
+
+    def _fused_collection(self, state: dict[str, torch.Tensor], device: torch.device) -> nn.Module:
+        """FBGEMM's ``FusedEmbeddingBagCollection`` of this arch's tables on ``device``, holding ``state``."""
+        from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+
+        opt = FusedOptimizer(self.config.fused_optimizer)
+        if opt is FusedOptimizer.ROWWISE_ADAGRAD:
+            from torchrec.optim.rowwise_adagrad import RowWiseAdagrad
+
+            opt_cls: type = RowWiseAdagrad
+        else:
+            opt_cls = torch.optim.SGD if opt is FusedOptimizer.SGD else torch.optim.Adagrad
+        with torch.random.fork_rng():
+            fused = FusedEmbeddingBagCollection(
+                tables=table_configs_for(self), optimizer_type=opt_cls, optimizer_kwargs={"lr": self.config.fused_lr}, device=device
+            )
+        fused.load_state_dict(state)
+        return fused
+
+    def place_fused_tables(self, device: torch.device) -> None:
+        """Rebuild the fused tables on ``device``: FBGEMM builds its kernels for one device, so
+        ``.to()`` cannot move them (Lightning's move to CUDA calls this first). On CUDA this
+        needs the CUDA build of fbgemm-gpu (``requirements/gpu.txt``)."""
+        if not self.is_fused or device.type == "cpu":
+            return
+        from recsys.devices import fbgemm_cuda_available
+
+        if device.type == "cuda" and not fbgemm_cuda_available():
+            raise RuntimeError(
+                "model.embedding_kernel: fused on CUDA needs the CUDA build of fbgemm-gpu "
+                "(pip install -r requirements/gpu.txt); with only fbgemm-gpu-cpu, use model.embedding_kernel: plain, "
+                "which runs on torch's own CUDA embedding kernels"
+            )
+        state = {k: v.detach().cpu() for k, v in self.embedding_bag_collection.state_dict().items()}
+        self.embedding_bag_collection = self._fused_collection(state, device)
 
     def forward(self, kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
         if not torch.jit.is_scripting():

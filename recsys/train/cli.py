@@ -107,6 +107,30 @@ class TrackedCLI(LightningCLI):
             tracking.finish()
 
 
+def launcher_trainer_defaults() -> dict[str, Any]:
+    """``trainer.devices`` / ``num_nodes`` that follow ``torchrun`` (its ``LOCAL_WORLD_SIZE`` and
+    ``WORLD_SIZE``), so ``torchrun --nproc_per_node N`` needs no matching ``--trainer.devices N``."""
+    import os
+
+    local, world = os.environ.get("LOCAL_WORLD_SIZE"), os.environ.get("WORLD_SIZE")
+    if not local or not world or "TORCHELASTIC_RUN_ID" not in os.environ:
+        return {}
+    return {"devices": int(local), "num_nodes": max(1, int(world) // int(local))}
+
+
+def check_accelerator(config: Any) -> None:
+    """A CUDA config on a machine without CUDA: an error naming the key, not a stack trace."""
+    import torch
+
+    trainer = config.get("trainer", {}) if hasattr(config, "get") else {}
+    accelerator = str(trainer.get("accelerator", "auto") or "auto")
+    if accelerator in ("cuda", "gpu") and not torch.cuda.is_available():
+        raise ValueError(
+            f"trainer.accelerator={accelerator!r} but no CUDA device is visible on this machine; "
+            "use --trainer.accelerator cpu (or auto, which picks CUDA when there is one)"
+        )
+
+
 class SalienceCLI(TrackedCLI):
     """LightningCLI with schema linking, MLflow tracking and test + export after fit."""
 
@@ -117,7 +141,7 @@ class SalienceCLI(TrackedCLI):
             CTRDataModule,
             seed_everything_default=42,
             save_config_callback=None,  # the resolved config is logged to the MLflow run instead
-            trainer_defaults=TRAINER_DEFAULTS,
+            trainer_defaults=TRAINER_DEFAULTS | launcher_trainer_defaults(),
             args=args,
             run=run,
             parser_kwargs={"prog": "salience", "description": __doc__},
@@ -130,6 +154,9 @@ class SalienceCLI(TrackedCLI):
         parser.add_argument(
             "--predictions", type=str | None, default=None, help="CSV written by `predict` (default: <default_root_dir>/predictions.csv)"
         )
+
+    def before_instantiate_classes(self) -> None:
+        check_accelerator(self.subcommand_config)
 
     def instantiate_classes(self) -> None:
         try:
@@ -166,11 +193,17 @@ class SalienceCLI(TrackedCLI):
 
         from recsys.data.batching import make_batch
         from recsys.export import check_parity_in_fresh_process, export_model
+        from recsys.train.distributed import is_sharded
 
         tracker = tracking.tracker if tracking is not None else None
+        model = self.model.model
+        if is_sharded(model):
+            # each process holds a part of the tables: rank 0 exports the (full) checkpoint
+            model = self._unsharded_model()
+            if model is None:
+                return
         run_id = tracker.run_id if tracker is not None else "local"
         out = Path(export_dir) if export_dir else Path(self.trainer.default_root_dir) / "exports" / run_id
-        model = self.model.model
         export_model(
             model,
             self.datamodule.preprocessor,
@@ -188,6 +221,21 @@ class SalienceCLI(TrackedCLI):
         if tracker is not None:
             tracker.log_metrics({"export_parity_max_abs_diff": diff})
             tracker.log_artifact(out, "model")
+
+
+    def _unsharded_model(self) -> Any:
+        """The single-process model of a sharded run, from its best (else last) checkpoint, on
+        rank 0 (None on the other ranks, which wait for it)."""
+        from recsys.train.checkpoint import load_checkpoint
+
+        trainer = self.trainer
+        callback = trainer.checkpoint_callback
+        path = (callback.best_model_path or callback.last_model_path) if callback is not None else ""
+        if not path:
+            raise ValueError("a sharded run exports from its checkpoint, and this run saved none (trainer.enable_checkpointing)")
+        model = load_checkpoint(path).model if trainer.is_global_zero else None
+        trainer.strategy.barrier("export")
+        return model
 
 
 def run_cli(args: list[str] | None = None) -> SalienceCLI:

@@ -20,7 +20,8 @@ class CTRDataModule(pl.LightningDataModule):
 
     Args:
         reader: dataset reader (``class_path`` in YAML, e.g. ``recsys.data.readers.FrappeReader``).
-        batch_size: training batch size.
+        batch_size: training batch size (the global batch of a distributed run: each of its N
+            processes trains on ``batch_size / N`` rows per step).
         eval_batch_size: batch size for validation/test/predict (default: ``4 * batch_size``).
         split: train/val/test fractions and the split seed.
         features: keep only these features.
@@ -92,10 +93,25 @@ class CTRDataModule(pl.LightningDataModule):
         data = self.prepared.splits.get(split)
         if data is None:
             raise ValueError(f"the {split!r} split is empty: give it a non-zero fraction in data.split")
+        trainer = self.trainer
+        rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+        if train and self.batch_size % world:
+            raise ValueError(
+                f"data.batch_size={self.batch_size} is the global batch and must split evenly over the "
+                f"{world} processes of this run (a multiple of {world})"
+            )
         ds = BatchDataset(
-            data, self.batch_size if train else self.eval_batch_size, shuffle=train, seed=self.shuffle_seed
+            data,
+            self.batch_size if train else self.eval_batch_size,
+            shuffle=train,
+            seed=self.shuffle_seed,
+            rank=rank,
+            world_size=world,
+            pad=not train,
         )
-        return DataLoader(ds, batch_size=None)
+        # pinned host memory makes the host-to-device copy of each batch asynchronous
+        pin = trainer is not None and trainer.strategy.root_device.type == "cuda"
+        return DataLoader(ds, batch_size=None, pin_memory=pin)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader("train", train=True)

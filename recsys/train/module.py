@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, Literal
 
 import lightning.pytorch as pl
@@ -13,11 +14,24 @@ from torchmetrics.classification import BinaryAUROC
 from torchrec.datasets.utils import Batch
 
 from recsys.data.schema import Schema
-from recsys.models import DCNv2, DLRM, DeepFM, RankingModel
+from recsys.models import DLRM, DCNv2, DeepFM, RankingModel
 from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
 from recsys.models.seam import SeamTransform
+from recsys.train.distributed import (
+    ShardedStrategy,
+    full_fused_optimizer_state,
+    is_sharded,
+    load_full_fused_optimizer_state,
+    replica_optimizer,
+    unwrap,
+)
 
 __all__ = ["ARCHITECTURES", "RankingTask", "build_model", "build_seam"]
+
+# Lightning asks for sync_dist on epoch-level metrics of a distributed run; the evaluation
+# metrics below are computed over every process already (syncing them again would average
+# equal numbers)
+warnings.filterwarnings("ignore", message=r".*self\.log\('(val|test)_(auc|logloss)'.*sync_dist=True")
 
 #: backbone name -> class
 ARCHITECTURES: dict[str, type[RankingModel]] = {"dlrm": DLRM, "dcnv2": DCNv2, "deepfm": DeepFM}
@@ -82,7 +96,13 @@ class _LogLoss:
         self.count += int(labels.numel())
 
     def compute(self) -> float:
-        return self.total / max(self.count, 1)
+        """The mean over every process of a distributed run (the local mean otherwise)."""
+        total, count = self.total, self.count
+        if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
+            both = torch.tensor([total, float(count)], dtype=torch.float64)
+            torch.distributed.all_reduce(both)
+            total, count = float(both[0]), int(both[1])
+        return total / max(count, 1)
 
 
 class RankingTask(pl.LightningModule):
@@ -165,8 +185,21 @@ class RankingTask(pl.LightningModule):
         self.test_auc = BinaryAUROC()
         self._logloss: dict[str, _LogLoss] = {}
 
+    @property
+    def ranking_model(self) -> RankingModel:
+        """The model itself, also when it is wrapped by TorchRec's ``DistributedModelParallel``
+        (``recsys.train.distributed.ShardedStrategy``)."""
+        return unwrap(self.model)  # type: ignore[return-value]
+
     def forward(self, batch: Batch) -> torch.Tensor:
         return self.model(batch.dense_features, batch.sparse_features)
+
+    def setup(self, stage: str) -> None:
+        """Before Lightning moves the model to its device: FBGEMM's fused tables are rebuilt on
+        a CUDA device (they cannot be moved); the sharded strategy builds its own."""
+        strategy = self.trainer.strategy
+        if not isinstance(strategy, ShardedStrategy) and not is_sharded(self.model):
+            self.model.sparse_arch.place_fused_tables(strategy.root_device)
 
     # -- training --------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
@@ -177,20 +210,27 @@ class RankingTask(pl.LightningModule):
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         logits = self(batch)
         bce = nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
-        loss = bce + self.model.seam.regularization().to(bce)
-        self.log("train_loss", bce, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch.labels.numel())
+        loss = bce + self.ranking_model.seam.regularization().to(bce)
+        distributed = self.trainer.world_size > 1 if self._trainer is not None else False
+        self.log("train_loss", bce, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch.labels.numel(), sync_dist=distributed)
         return loss
 
     # -- evaluation ------------------------------------------------------------------------
     def _eval_step(self, batch: Batch, stage: str) -> None:
         logits = self(batch)
+        labels = batch.labels
+        real = labels >= 0  # sharded evaluation pads its last batch with rows labelled -1
+        if not bool(real.all()):
+            logits, labels = logits[real], labels[real]
         auc = self.val_auc if stage == "val" else self.test_auc
-        auc.update(torch.sigmoid(logits), batch.labels.long())
-        self._logloss.setdefault(stage, _LogLoss()).update(logits, batch.labels)
+        auc.update(torch.sigmoid(logits), labels.long())
+        self._logloss.setdefault(stage, _LogLoss()).update(logits, labels)
 
     def _eval_epoch_end(self, stage: str) -> None:
         auc = self.val_auc if stage == "val" else self.test_auc
         logloss = self._logloss.pop(stage, _LogLoss()).compute()
+        # both are already over every process (torchmetrics and _LogLoss synchronise), see
+        # the warning filter at the top of the module
         self.log(f"{stage}_auc", auc.compute(), prog_bar=True)
         self.log(f"{stage}_logloss", logloss, prog_bar=True)
         auc.reset()
@@ -213,10 +253,11 @@ class RankingTask(pl.LightningModule):
     # -- optimisation ----------------------------------------------------------------------
     def configure_optimizers(self) -> Any:
         hp = self.hparams
-        embedding_ids = {id(p) for p in self.model.sparse_arch.parameters()}
-        seam_ids = {id(p) for p in self.model.seam.parameters()}
-        params = self.model.dense_parameters()
-        seam_lr = getattr(self.model.seam, "learning_rate", None)
+        model = self.ranking_model
+        embedding_ids = {id(p) for p in model.sparse_arch.parameters()}
+        seam_ids = {id(p) for p in model.seam.parameters()}
+        params = model.dense_parameters()
+        seam_lr = getattr(model.seam, "learning_rate", None)
         groups = [
             {"params": [p for p in params if id(p) not in embedding_ids | seam_ids], "weight_decay": hp.weight_decay},
             {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": hp.embedding_weight_decay},
@@ -230,12 +271,25 @@ class RankingTask(pl.LightningModule):
             "sgd": torch.optim.SGD,
         }
         optimizer = optimizers[hp.optimizer](groups, lr=hp.learning_rate)
+        self._replica_optimizer = self._make_replica_optimizer()
         if hp.lr_plateau_factor >= 1.0:
             return optimizer
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
             optimizer, mode="max", factor=hp.lr_plateau_factor, patience=hp.lr_plateau_patience
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_auc", "interval": "epoch"}}
+
+    def _make_replica_optimizer(self) -> torch.optim.Optimizer | None:
+        """The embedding optimizer of data-parallel tables of a sharded model: they are
+        replicas whose gradients DDP all-reduces after the backward, so they cannot update
+        inside it like the sharded tables; they take the same optimizer, stepped after it."""
+        return replica_optimizer(self.model, FusedOptimizer(self.hparams.fused_optimizer), self.hparams.fused_lr)
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        replica = getattr(self, "_replica_optimizer", None)
+        if replica is not None:
+            replica.step()
+            replica.zero_grad()
 
     def configure_callbacks(self) -> list[Callback]:
         callbacks: list[Callback] = [
@@ -246,10 +300,23 @@ class RankingTask(pl.LightningModule):
         return callbacks
 
     # -- fused optimizer state travels with the checkpoint -----------------------------------
+    # (a sharded run keeps it gathered to full tensors under "sharded_fused_optimizer", so it
+    # resumes on any plan; a single-process model loads the weights and starts that state anew)
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.model.sparse_arch.is_fused:
+        if is_sharded(self.model):
+            state = full_fused_optimizer_state(self.model)  # collective; full on rank 0
+            if state is not None:
+                checkpoint["sharded_fused_optimizer"] = state
+            if getattr(self, "_replica_optimizer", None) is not None:
+                checkpoint["replica_optimizer"] = self._replica_optimizer.state_dict()
+        elif self.model.sparse_arch.is_fused:
             checkpoint["fused_optimizer"] = self.model.sparse_arch.embedding_bag_collection.fused_optimizer().state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        if self.model.sparse_arch.is_fused and "fused_optimizer" in checkpoint:
+        if is_sharded(self.model):
+            if "sharded_fused_optimizer" in checkpoint:
+                load_full_fused_optimizer_state(self.model, checkpoint["sharded_fused_optimizer"])
+            if getattr(self, "_replica_optimizer", None) is not None and "replica_optimizer" in checkpoint:
+                self._replica_optimizer.load_state_dict(checkpoint["replica_optimizer"])
+        elif self.model.sparse_arch.is_fused and "fused_optimizer" in checkpoint:
             self.model.sparse_arch.embedding_bag_collection.fused_optimizer().load_state_dict(checkpoint["fused_optimizer"])
