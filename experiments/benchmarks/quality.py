@@ -74,17 +74,26 @@ def run_one(config: Path, workdir: Path, overrides: list[str]) -> dict[str, Any]
 
 
 def _versions() -> dict[str, str]:
-    import fbgemm_gpu
-    import lightning
+    """Installed versions, read from package metadata (nothing is imported: a GPU image may
+    lack Lightning)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(*names: str) -> str:
+        for name in names:
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                continue
+        return "not installed"
+
     import torch
-    import torchrec
 
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchrec": getattr(torchrec, "__version__", "?"),
-        "fbgemm_gpu": getattr(fbgemm_gpu, "__version__", "?"),
-        "lightning": lightning.__version__,
+        "torchrec": installed("torchrec"),
+        "fbgemm_gpu": installed("fbgemm-gpu-cpu", "fbgemm-gpu"),
+        "lightning": installed("lightning"),
     }
 
 
