@@ -1,13 +1,14 @@
 """The ``salience`` command.
 
     salience fit|validate|test|predict --config experiments/configs/frappe_dcnv2.yaml
+    torchrun --nproc_per_node 2 -m experiments.cli fit --config experiments/configs/frappe_dcnv2_sharded.yaml
     salience export --checkpoint CKPT --output DIR
     salience rank --config CFG --method outrank|permutation|leap
     salience select --config CFG --method M --k 2,4,8
     salience quality DATA... | --config CFG
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
-    salience bench throughput|quality|selection|dims|generative|hpo [ARGS]
+    salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu [ARGS]
     salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
     salience gen fit|test --config experiments/configs/gen_beauty.yaml
@@ -96,7 +97,7 @@ def _tune(argv: Sequence[str]) -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims", "generative", "hpo"])
+    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims", "generative", "hpo", "sharding", "gpu"])
     args, rest = parser.parse_known_args(argv)
     if args.name == "throughput":
         from experiments.benchmarks.train_throughput import main as bench_main
@@ -108,6 +109,10 @@ def _bench(argv: Sequence[str]) -> int:
         from experiments.benchmarks.dims import main as bench_main
     elif args.name == "generative":
         from experiments.benchmarks.generative import main as bench_main
+    elif args.name == "sharding":
+        from experiments.benchmarks.sharding import main as bench_main
+    elif args.name == "gpu":
+        from experiments.benchmarks.gpu_suite import main as bench_main
     else:
         from experiments.benchmarks.hpo import main as bench_main
     return int(bench_main(rest) or 0)
@@ -123,7 +128,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
     "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo)"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo, sharding, gpu)"),
 }
 
 
