@@ -48,6 +48,7 @@ import logging
 import math
 import threading
 import time
+import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -166,6 +167,7 @@ class _Plan:
     best: int = -1  # incumbent trial number when the trial started
     probe: str | None = None  # the parameter a one-at-a-time warm-start trial moves
     random: bool = False  # a warm-start trial sampled at random
+    tpe: TPESampler | None = None  # this trial's TPE, seeded from (study seed, trial number)
 
 
 @dataclass
@@ -511,10 +513,24 @@ class GIFSampler(BaseSampler):
         study._storage.set_trial_system_attr(trial._trial_id, GROUP_ATTR, plan.group)
         with self._lock:
             self._plans[trial._trial_id] = plan
+        if plan.phase != WARMUP:
+            plan.tpe = self._trial_tpe(study, plan)
         if plan.phase == WARMUP and self.warmup in ("sobol", "random"):
             (self._qmc or self._random).before_trial(study, trial)
         else:
-            self._tpe.before_trial(study, trial)
+            (plan.tpe or self._tpe).before_trial(study, trial)
+
+    def _trial_tpe(self, study: optuna.Study, plan: _Plan) -> TPESampler:
+        """A TPE seeded from (study seed, trial number): worker processes share the seed, and a
+        TPE seeded once would draw the same candidates for their concurrent trials (the model
+        is rebuilt from storage every trial, so the generator is its only state)."""
+        seed = int(np.random.SeedSequence([self._study_seed(study) % 2**32, plan.number]).generate_state(1)[0])
+        template = self._group_tpe if plan.phase == GROUP and self.group_history == "phase" else self._tpe
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return TPESampler(
+                multivariate=True, seed=seed, constant_liar=True, n_startup_trials=template._n_startup_trials
+            )
 
     def _plan(self, study: optuna.Study, number: int) -> _Plan:
         schedule = self.schedule(study)
@@ -548,7 +564,7 @@ class GIFSampler(BaseSampler):
             return self._qmc.infer_relative_search_space(study, trial) if self._qmc is not None else {}
         if plan.phase == GROUP:
             return {p: d for p, d in intersection_search_space(_completed(study)).items() if p in plan.space}
-        return self._tpe.infer_relative_search_space(study, trial)
+        return (plan.tpe or self._tpe).infer_relative_search_space(study, trial)
 
     def sample_relative(self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict[str, Any]:
         if not search_space:
@@ -557,8 +573,8 @@ class GIFSampler(BaseSampler):
         if plan.phase == WARMUP:
             return self._qmc.sample_relative(study, trial, search_space) if self._qmc is not None else {}
         if plan.phase == GROUP and self.group_history == "phase":
-            return self._group_tpe.sample_relative(_HistoryView(study, plan), trial, search_space)
-        return self._tpe.sample_relative(study, trial, search_space)
+            return (plan.tpe or self._group_tpe).sample_relative(_HistoryView(study, plan), trial, search_space)
+        return (plan.tpe or self._tpe).sample_relative(study, trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution) -> Any:
         plan = self._plan_of(trial)
@@ -572,12 +588,12 @@ class GIFSampler(BaseSampler):
             return self._random.sample_independent(study, trial, param_name, param_distribution)
         if plan.phase == GROUP and param_name in plan.fixed and _fits(plan.fixed[param_name], param_distribution):
             return plan.fixed[param_name]
-        return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+        return (plan.tpe or self._tpe).sample_independent(study, trial, param_name, param_distribution)
 
     def after_trial(self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None) -> None:
         with self._lock:
-            self._plans.pop(trial._trial_id, None)
-        self._tpe.after_trial(study, trial, state, values)
+            plan = self._plans.pop(trial._trial_id, None)
+        (plan.tpe if plan is not None and plan.tpe is not None else self._tpe).after_trial(study, trial, state, values)
 
 
 class SequentialGroupingSampler(GIFSampler):

@@ -22,7 +22,13 @@ resumes by re-running the same command and several worker processes share one st
 * **Bad trials**: an exception or a non-finite AUC fails the trial (state ``FAIL``, the reason in
   the user attribute ``fail_reason``); the study goes on.
 * **Budget**: ``--n-trials`` is the study's total (trials of every state); workers claim trials
-  from a shared counter, so ``W`` workers run exactly the missing trials between them.
+  from a shared counter, so ``W`` workers run exactly the missing trials between them. The same
+  command run on several machines against one storage shares the study too: each stops once
+  the study holds ``--n-trials`` trials, which processes starting a trial at the same moment can
+  overshoot by at most one trial per extra process (``docs/multi-worker-hpo.md``).
+* **Seeds**: GIF's decisions are functions of ``--seed`` and the storage, so every process
+  follows one schedule; the other samplers are seeded per trial from ``(seed, trial number)``,
+  so processes sharing a study do not repeat each other's draws.
 * **Output** (``runs/tune/<study>/``): ``best_config.yaml`` (the config with the best
   hyperparameters applied, ready for ``salience fit``), ``trials.csv``, ``summary.json``.
 * **MLflow**: one parent run per study (:class:`~experiments.hpo.tracking.StudyTracker`);
@@ -38,6 +44,7 @@ import math
 import os
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -369,8 +376,53 @@ def _default_storage() -> str:
     return f"sqlite:///{Path.cwd() / 'optuna.db'}"
 
 
+def _shown_url(url: str) -> str:
+    """``url`` with its password, if any, as ``***``: for messages, logs and ``summary.json``."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):  # not a URL: nothing to hide
+        return url
+    return parsed.render_as_string(hide_password=True) if parsed.password is not None else url
+
+
+def _url_without_password(url: str) -> str:
+    """``url`` less its password: what goes into every trial's fit config (which is saved with the
+    run and logged to MLflow). Only a fit in another process needs it, and that one then finds
+    the password where the driver looks without one (``PGPASSWORD``, ``~/.pgpass``, ...)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except (ArgumentError, ValueError):
+        return url
+    return parsed._replace(password=None).render_as_string(hide_password=False) if parsed.password else url
+
+
+#: tries to open a storage whose tables another process is creating at the same moment
+_INIT_ATTEMPTS = 5
+_INIT_RACE_MESSAGES = ("already exists", "duplicate", "unique constraint", "database is locked")
+
+
+def _init_race(error: BaseException) -> bool:
+    """Whether ``error`` is another process initialising the same new database (a table that
+    already exists, a duplicate version row, a locked sqlite file)."""
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+
+    if not isinstance(error, (OperationalError, IntegrityError, ProgrammingError)):
+        return False
+    text = str(error).lower()
+    return any(m in text for m in _INIT_RACE_MESSAGES)
+
+
 def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage:
     """An Optuna RDB storage with trial heartbeats (a killed worker's trial is failed on resume).
+
+    Several processes may open a new database at once (``salience tune`` started on several
+    machines): whoever loses the race to create the tables retries.
 
     Raises:
         StorageError: naming the URL, when it is malformed, its driver is missing or the
@@ -388,10 +440,20 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
     hb = {"heartbeat_interval": HEARTBEAT_INTERVAL, "grace_period": GRACE_PERIOD} if heartbeat else {}
     import warnings
 
+    attempt = 0
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
-            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
+        while True:
+            attempt += 1
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats
+                    return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, **hb)
+            except Exception as e:
+                # processes opening a new database at once race to create its tables and version
+                # rows; the loser finds them in place on a second try
+                if attempt == _INIT_ATTEMPTS or not _init_race(e):
+                    raise
+                time.sleep(0.2 * attempt)
     except Exception as e:  # sqlalchemy's errors (ArgumentError, OperationalError), missing drivers
         reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         hint = ""
@@ -401,7 +463,9 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
             hint = " (install the database driver)"
         else:
             hint = " (is the database server running and reachable?)"
-        raise StorageError(f"cannot open the Optuna storage {url!r}: {type(e).__name__}: {reason}{hint}") from e
+        raise StorageError(
+            f"cannot open the Optuna storage {_shown_url(url)!r}: {type(e).__name__}: {reason}{hint}"
+        ) from e
 
 
 # -- the objective ------------------------------------------------------------------------------
@@ -505,7 +569,7 @@ class _Objective:
         pruning = {
             "class_path": f"{OptunaPruning.__module__}.{OptunaPruning.__qualname__}",
             "init_args": {
-                "storage": s.storage,
+                "storage": _url_without_password(s.storage),
                 "study_name": s.study_name,
                 "trial_number": trial.number,
                 "prune_warmup": s.prune_warmup,
@@ -577,15 +641,76 @@ def _log_trial(n_trials: int) -> Any:
     return callback
 
 
-def _build_sampler(name: str, n_trials: int, seed: int, worker: int) -> optuna.samplers.BaseSampler:
+class _TrialSeededSampler(optuna.samplers.BaseSampler):
+    """``make_sampler(name, seed=...)`` built afresh for every trial, seeded from ``(seed, trial
+    number)``.
+
+    A sampler seeded once draws the same sequence in every process, so ``--workers`` processes
+    or ``salience tune`` commands on several machines sharing one study would evaluate the same
+    points. Seeded per trial number, every trial gets its own draw wherever it runs, and a
+    rerun of the study draws the same points again (for ``random``; TPE also depends on the
+    trials finished so far). The samplers wrapped keep no state between trials but their random
+    generator (TPE rebuilds its model from the study each trial).
+    """
+
+    def __init__(self, name: str, n_trials: int, seed: int) -> None:
+        self.name = name
+        self.n_trials = n_trials
+        self.seed = seed
+        self._samplers: dict[int, optuna.samplers.BaseSampler] = {}
+        self._lock = threading.Lock()
+
+    def _sampler(self, trial: FrozenTrial) -> optuna.samplers.BaseSampler:
+        import warnings
+
+        import numpy as np
+
+        from experiments.hpo import make_sampler
+
+        with self._lock:
+            sampler = self._samplers.get(trial._trial_id)
+            if sampler is None:
+                seed = int(np.random.SeedSequence([self.seed % 2**32, trial.number]).generate_state(1)[0])
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # TPE's options
+                    sampler = make_sampler(self.name, n_trials=self.n_trials, seed=seed)
+                self._samplers[trial._trial_id] = sampler
+            return sampler
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._sampler(trial).before_trial(study, trial)
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return self._sampler(trial).infer_relative_search_space(study, trial)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        return self._sampler(trial).sample_relative(study, trial, search_space)
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self._sampler(trial).sample_independent(study, trial, param_name, param_distribution)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self._sampler(trial).after_trial(study, trial, state, values)
+        with self._lock:
+            self._samplers.pop(trial._trial_id, None)
+
+    def reseed_rng(self) -> None:  # every trial is seeded from its number
+        pass
+
+
+def _build_sampler(name: str, n_trials: int, seed: int) -> optuna.samplers.BaseSampler:
     from experiments.hpo import GIFSampler, make_sampler
 
     sampler = make_sampler(name, n_trials=n_trials, seed=seed)
-    # GIF's warm-start design and schedule are functions of the seed: one seed for all workers;
-    # other samplers would draw the same points in every worker with one seed
-    if worker > 0 and not isinstance(sampler, GIFSampler):
-        sampler = make_sampler(name, n_trials=n_trials, seed=seed + worker)
-    return sampler
+    # GIF's decisions are functions of the seed, the trial number and the storage: one seed for
+    # all workers; any other sampler would draw the same points in every process with one seed
+    return sampler if isinstance(sampler, GIFSampler) else _TrialSeededSampler(name, n_trials, seed)
 
 
 def _run_worker(
@@ -597,7 +722,7 @@ def _run_worker(
     lock: Any = None,
 ) -> None:
     """Evaluate trials of the study until ``remaining`` are claimed (across workers when a
-    shared ``counter``/``lock`` is given)."""
+    shared ``counter``/``lock`` is given) or the study holds ``settings.n_trials`` trials."""
     from recsys.train.recipe import Recipe
 
     config = _resolved_config(Path(settings.config), settings.overrides)
@@ -606,7 +731,7 @@ def _run_worker(
     recipe = Recipe(settings.config, settings.overrides, workdir=settings.workdir, quiet=True)
     objective = _Objective(settings, recipe, space, _get_nested(config, "model.arch_args", {}) or {})
     storage = open_storage(settings.storage)
-    sampler = _build_sampler(settings.sampler, settings.n_trials, settings.seed, worker)
+    sampler = _build_sampler(settings.sampler, settings.n_trials, settings.seed)
     study = optuna.load_study(study_name=settings.study_name, storage=storage, sampler=sampler, pruner=pruner)
     callbacks: list[Any] = [
         optuna.study.MaxTrialsCallback(settings.n_trials, states=None),
@@ -623,7 +748,9 @@ def _run_worker(
         return
     while True:
         with lock:
-            if counter.value >= remaining:
+            # the counter shares the budget among this command's workers; the study's trial count
+            # stops them when other commands (other machines) on the same storage filled it
+            if counter.value >= remaining or len(study.get_trials(deepcopy=False)) >= settings.n_trials:
                 return
             counter.value += 1
         study.optimize(objective, n_trials=1, catch=(Exception,), callbacks=callbacks)
@@ -685,7 +812,7 @@ class TuneResult:
     def table(self) -> str:
         """A short text summary: counts, best value and the best hyperparameters."""
         lines = [
-            f"study {self.study_name} ({self.storage})",
+            f"study {self.study_name} ({_shown_url(self.storage)})",
             f"trials: {self.n_complete} complete, {self.n_pruned} pruned, {self.n_failed} failed",
         ]
         if self.best_value is None:
@@ -824,7 +951,7 @@ def tune(
     done = len(study.get_trials(deepcopy=False, states=None))
     remaining = max(0, n_trials - done)
     if done:
-        log.info("study %s: %d trial(s) already in %s; %d to go", name, done, storage_url, remaining)
+        log.info("study %s: %d trial(s) already in %s; %d to go", name, done, _shown_url(storage_url), remaining)
 
     tracker = None
     parent_run_id = None
@@ -949,6 +1076,7 @@ def _write_outputs(study: optuna.Study, result: TuneResult, space: SearchSpace, 
     frame = study.trials_dataframe(attrs=("number", "value", "state", "params", "user_attrs", "duration"))
     atomic_write_text(out_dir / "trials.csv", frame.to_csv(index=False))
     summary = asdict(result) | {
+        "storage": _shown_url(result.storage),
         "space": {
             p.name: {"distribution": optuna.distributions.distribution_to_json(p.distribution), "help": p.help}
             for p in space.params

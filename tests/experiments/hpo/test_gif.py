@@ -237,3 +237,24 @@ def test_a_killed_study_resumes_where_it_stopped(tmp_path: Path) -> None:
     assert [t.number for t in study.trials] == list(range(N_SHARED))
     assert study._storage.get_study_system_attrs(study._study_id)[SCHEDULE_ATTR] == before
     _check_phases(study)
+
+
+def test_workers_with_one_seed_draw_their_own_points_in_search_phases() -> None:
+    """Worker processes share the seed; each search-phase trial must still get its own TPE
+    draw (a TPE seeded once per process drew the same point for concurrent trials)."""
+    from optuna.trial import TrialState
+
+    study = optuna.create_study(sampler=GIFSampler(60, seed=0))
+    study.optimize(weighted_sphere, n_trials=45)  # past the warm start, inside the group phases
+    schedule = read_schedule(study)
+    assert schedule is not None and schedule.phase_of(45)[0] != "warmup"
+
+    def ask_with_a_fresh_worker() -> dict[str, float]:
+        study.sampler = GIFSampler(60, seed=0)  # another process, same seed
+        trial = study.ask()
+        params = {f"x{j}": trial.suggest_float(f"x{j}", -1.0, 1.0) for j in range(len(SCALES))}
+        study.tell(trial, state=TrialState.FAIL)  # the history the next worker sees is unchanged
+        return params
+
+    first, second = ask_with_a_fresh_worker(), ask_with_a_fresh_worker()
+    assert first != second

@@ -207,6 +207,51 @@ def test_an_unreachable_or_invalid_storage_is_a_clear_error(tmp_cwd: Path, url: 
     assert url in str(e.value)
 
 
+#: the server URL forms of docs/multi-worker-hpo.md, on a port where nothing listens
+SERVER_URLS = [
+    "postgresql+psycopg2://user:s3cret@127.0.0.1:1/optuna",
+    "mysql+pymysql://user:s3cret@127.0.0.1:1/optuna",
+]
+
+
+@pytest.mark.parametrize("url", SERVER_URLS)
+def test_a_server_storage_fails_clearly_and_its_password_is_never_shown(tmp_cwd: Path, url: str) -> None:
+    with pytest.raises(StorageError, match=r"install the database driver|reachable") as e:
+        tune(SYNTHETIC, sampler="random", n_trials=1, storage=url, tracking=False)
+    assert "s3cret" not in str(e.value)
+    assert "user:***@127.0.0.1:1/optuna" in str(e.value)
+
+
+def test_a_storage_password_stays_out_of_trial_configs_and_the_result_table() -> None:
+    from experiments.hpo.tune import TuneResult, _Objective, _TrialSettings
+
+    url = SERVER_URLS[0]
+    settings = _TrialSettings(
+        config="c.yaml",
+        overrides=[],
+        storage=url,
+        study_name="s",
+        sampler="random",
+        n_trials=1,
+        seed=0,
+        max_epochs=1,
+        limit_train_batches=None,
+        tracking=False,
+        experiment="hpo",
+        parent_run_id=None,
+        workdir="w",
+        keep_checkpoints=False,
+        prune_warmup=False,
+    )
+    objective = _Objective(settings, None, search_space("dcnv2"), {})  # type: ignore[arg-type]
+    trial = optuna.create_study().ask()
+    args = objective.extra_args(trial, search_space("dcnv2").suggest(trial))
+    assert "s3cret" not in " ".join(args)  # the fit config is saved with the run and logged to MLflow
+    assert "postgresql+psycopg2://user@127.0.0.1:1/optuna" in " ".join(args)
+    table = TuneResult("s", url, None, {}, None, 0, 0, 0).table()
+    assert "s3cret" not in table and "user:***@" in table
+
+
 def test_cli_reports_bad_storage_and_bad_sampler(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from experiments.cli import main
 
@@ -229,13 +274,12 @@ def _fake_fit(self: Any, **kwargs: Any) -> Any:
     return FitResult(task=None, datamodule=None, metrics={"best_val_auc": 0.75})  # type: ignore[arg-type]
 
 
-def test_workers_claim_exactly_the_missing_trials(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The shared-counter protocol of the worker processes, run in threads (spawned processes
-    would not see the fake fit; the slow test below runs real ones)."""
+def _threaded_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tune(workers=W)`` runs its workers as threads of this process (spawned processes would
+    not see a faked fit), with the same shared-counter protocol."""
     import threading
 
     import experiments.hpo.tune as tune_module
-    from recsys.train.recipe import Recipe
 
     def threads(settings: Any, pruner: Any, remaining: int, workers: int) -> None:
         counter, lock = SimpleNamespace(value=0), threading.Lock()
@@ -248,8 +292,16 @@ def test_workers_claim_exactly_the_missing_trials(tmp_cwd: Path, monkeypatch: py
         for t in pool:
             t.join()
 
-    monkeypatch.setattr(Recipe, "fit", _fake_fit)
     monkeypatch.setattr(tune_module, "_spawn_workers", threads)
+
+
+def test_workers_claim_exactly_the_missing_trials(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shared-counter protocol of the worker processes, in threads (the real processes are
+    tested below)."""
+    from recsys.train.recipe import Recipe
+
+    monkeypatch.setattr(Recipe, "fit", _fake_fit)
+    _threaded_workers(monkeypatch)
     url = f"sqlite:///{tmp_cwd / 'o.db'}"
     result = tune(SYNTHETIC, sampler="random", n_trials=5, storage=url, workers=2, tracking=False)
     study = optuna.load_study(study_name=result.study_name, storage=url)
@@ -258,17 +310,120 @@ def test_workers_claim_exactly_the_missing_trials(tmp_cwd: Path, monkeypatch: py
     assert len({json.dumps(t.params, sort_keys=True) for t in study.trials}) == 5  # workers draw different points
 
 
-@pytest.mark.slow
+@pytest.mark.parametrize("sampler", ["random", "tpe"])
+def test_independent_commands_with_workers_share_the_budget_and_draw_different_points(
+    tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch, sampler: str
+) -> None:
+    """Two ``salience tune --workers 2`` commands on one storage (two machines), in threads: they
+    stop once the study holds ``n_trials`` (each command's counter alone would run ``n_trials``
+    more), and the same ``--seed`` on both does not make them evaluate the same points."""
+    import threading
+    import time
+
+    from recsys.train.recipe import FitResult, Recipe
+
+    def slow_fit(self: Any, **kwargs: Any) -> Any:
+        time.sleep(0.02)  # let the four workers interleave
+        return FitResult(task=None, datamodule=None, metrics={"best_val_auc": 0.75})  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Recipe, "fit", slow_fit)
+    _threaded_workers(monkeypatch)
+    url = f"sqlite:///{tmp_cwd / 'o.db'}"
+    n_trials, errors = 8, []
+
+    def command() -> None:
+        try:
+            tune(SYNTHETIC, sampler=sampler, n_trials=n_trials, storage=url, study_name="s", workers=2, tracking=False)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    commands = [threading.Thread(target=command) for _ in range(2)]
+    for t in commands:
+        t.start()
+    for t in commands:
+        t.join()
+    assert not errors, errors
+    trials = optuna.load_study(study_name="s", storage=url).trials
+    # four workers in all: at most three start a trial at the moment the budget fills
+    assert n_trials <= len(trials) <= n_trials + 3
+    assert sorted(t.number for t in trials) == list(range(len(trials)))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in trials)
+    assert len({json.dumps(t.params, sort_keys=True) for t in trials}) == len(trials)
+
+
 def test_worker_processes_share_one_study(tmp_cwd: Path) -> None:
+    """``salience tune --workers 2``: two spawned processes, one study, one MLflow parent run."""
     url = f"sqlite:///{tmp_cwd / 'o.db'}"
     result = tune(
-        SYNTHETIC, sampler="random", n_trials=3, storage=url, workers=2, max_epochs=1, overrides=TINY, pruner="none"
+        SYNTHETIC,
+        sampler="random",
+        n_trials=3,
+        storage=url,
+        workers=2,
+        max_epochs=1,
+        limit_train_batches=2,
+        overrides=TINY,
+        pruner="none",
     )
     study = optuna.load_study(study_name=result.study_name, storage=url)
     assert sorted(t.number for t in study.trials) == [0, 1, 2]
     assert result.n_complete == 3
-    assert all(t.user_attrs.get(RUN_ID_ATTR) for t in study.trials)
     assert len({json.dumps(t.params, sort_keys=True) for t in study.trials}) == 3
+
+    from mlflow import MlflowClient
+
+    from recsys.tracking import tracking_uri
+
+    client = MlflowClient(tracking_uri())
+    for t in study.trials:  # every trial's fit is a child of the study's one parent run
+        run = client.get_run(t.user_attrs[RUN_ID_ATTR])
+        assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
+
+
+def test_independent_tune_commands_share_one_study(tmp_cwd: Path) -> None:
+    """The same ``salience tune`` command started twice at once against one ``--storage``, as on
+    two machines: one study holds every trial, each trial ran in exactly one of the commands, the
+    budget holds (up to one trial of overshoot with two processes) and the two commands draw
+    different points with one ``--seed``."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    n_trials = 4
+    url = f"sqlite:///{tmp_cwd / 'optuna.db'}"
+    cmd = [sys.executable, "-m", "experiments.cli", "tune", "--config", str(SYNTHETIC), "--sampler", "random"]
+    cmd += ["--n-trials", str(n_trials), "--storage", url, "--study-name", "shared", "--max-epochs", "1"]
+    cmd += ["--limit-train-batches", "2", "--pruner", "none", "--no-tracking", *TINY]  # MLflow: the test above
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CONFIGS.parents[1]), env.get("PYTHONPATH")]))
+    paths = [tmp_cwd / f"command-{i}.log" for i in range(2)]
+    procs = []
+    try:
+        for path in paths:  # started together, as two machines would be
+            with path.open("w") as out:
+                procs.append(subprocess.Popen(cmd, cwd=tmp_cwd, env=env, stdout=out, stderr=subprocess.STDOUT))
+        for p in procs:
+            p.wait(timeout=240)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    logs = [path.read_text() for path in paths]
+    for p, out in zip(procs, logs, strict=True):
+        assert p.returncode == 0, out[-4000:]
+
+    study = optuna.load_study(study_name="shared", storage=url)
+    numbers = sorted(t.number for t in study.trials)
+    assert n_trials <= len(numbers) <= n_trials + 1
+    assert numbers == list(range(len(numbers)))
+    assert all(t.state in (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED) for t in study.trials)
+    assert len({json.dumps(t.params, sort_keys=True) for t in study.trials}) == len(numbers)
+    # each trial was run by one command (with a storage each, both would run trials 0..3)
+    ran = [{int(n) - 1 for n in re.findall(r"experiments\.hpo\.tune: trial (\d+)/\d+ ", out)} for out in logs]
+    assert not ran[0] & ran[1], logs
+    assert ran[0] | ran[1] == set(numbers), logs
 
 
 def test_tune_on_frappe_through_the_cli(
