@@ -79,7 +79,8 @@ class BatchDataset(IterableDataset[Batch]):
         pad: for evaluation in a distributed run: a last batch that does not split evenly is
             padded to equal slices with copies of its first row labelled ``-1`` (the task
             ignores them), so no row is lost; without ``pad`` its remainder rows are dropped
-            (fewer than ``world_size`` rows per epoch).
+            (fewer than ``world_size`` rows per epoch when ``batch_size`` is a multiple of
+            ``world_size``, which the data module requires for training).
     """
 
     def __init__(

@@ -172,6 +172,13 @@ class SalienceCLI(TrackedCLI):
     def can_test(self) -> bool:
         return self.datamodule.prepared.splits.get("test") is not None
 
+    def before_predict(self) -> None:
+        if self.trainer.world_size > 1:
+            raise ValueError(
+                "salience predict writes one CSV of the test split from one process: run it without the sharded "
+                "strategy (--trainer.strategy auto); a sharded run's checkpoint holds full tables and loads in one process"
+            )
+
     def after_predict(self) -> None:
         """Write the test-split scores (with labels) to a CSV."""
         import numpy as np

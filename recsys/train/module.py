@@ -198,8 +198,9 @@ class RankingTask(pl.LightningModule):
         """Before Lightning moves the model to its device: FBGEMM's fused tables are rebuilt on
         a CUDA device (they cannot be moved); the sharded strategy builds its own."""
         strategy = self.trainer.strategy
-        if not isinstance(strategy, ShardedStrategy) and not is_sharded(self.model):
-            self.model.sparse_arch.place_fused_tables(strategy.root_device)
+        place = getattr(self.ranking_model.sparse_arch, "place_fused_tables", None)  # None: a dense-only model
+        if place is not None and not isinstance(strategy, ShardedStrategy) and not is_sharded(self.model):
+            place(strategy.root_device)
 
     # -- training --------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:

@@ -151,3 +151,23 @@ def test_plain_kernel_path_calls_no_fbgemm_op(tmp_path: Any) -> None:
     with _RecordOps() as control:
         random_batch(schema, 4, seed=1).sparse_features.offsets()
     assert any(op.startswith("fbgemm.") for op in control.ops)
+
+
+def test_fused_tables_on_cuda_without_the_cuda_fbgemm_is_a_clear_error() -> None:
+    """FBGEMM's fused tables are rebuilt on the device (they cannot be moved); without the CUDA
+    build of fbgemm-gpu that is refused with the way out, before anything is half-moved."""
+    if devices.fbgemm_cuda_available():
+        pytest.skip("this machine has the CUDA build of fbgemm-gpu")
+    from recsys.data.prepare import SplitConfig, prepare_data
+    from recsys.data.synthetic import SyntheticReader
+    from recsys.models.base import EmbeddingKernel, SparseArchConfig
+    from recsys.train.module import build_model
+
+    schema = prepare_data(SyntheticReader(n_rows=300, seed=0), SplitConfig(), embedding_dim=8).schema
+    model = build_model("dlrm", schema, sparse_arch=SparseArchConfig(kernel=EmbeddingKernel.FUSED))
+    before = model.sparse_arch.embedding_bag_collection
+    model.sparse_arch.place_fused_tables(torch.device("cpu"))  # a no-op on the CPU
+    assert model.sparse_arch.embedding_bag_collection is before
+    with pytest.raises(RuntimeError, match=r"fused on CUDA needs the CUDA build of fbgemm-gpu.*requirements/gpu.txt.*embedding_kernel: plain"):
+        model.sparse_arch.place_fused_tables(torch.device("cuda"))
+    assert model.sparse_arch.embedding_bag_collection is before

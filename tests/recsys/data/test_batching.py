@@ -227,6 +227,35 @@ def test_batch_dataset_through_dataloader() -> None:
     assert [_rows_of(b) for b in loader] == direct
 
 
+@pytest.mark.parametrize(("n", "bs", "world"), [(103, 10, 2), (100, 10, 2), (21, 10, 2), (7, 9, 3), (23, 8, 4)])
+def test_distributed_slices_split_each_global_batch(n: int, bs: int, world: int) -> None:
+    """Every rank walks the same global batches and keeps its contiguous, equal slice: padded
+    (label -1) for evaluation, so every row is seen exactly once; unpadded for training, which
+    drops the remainder that does not split (fewer than ``world`` rows)."""
+    data = _traceable(n)
+    global_batches = _epoch(BatchDataset(data, bs, shuffle=True, seed=3))
+
+    evaluation = [list(BatchDataset(data, bs, shuffle=True, seed=3, rank=r, world_size=world, pad=True)) for r in range(world)]
+    assert {len(e) for e in evaluation} == {len(global_batches)}
+    for i, rows in enumerate(global_batches):
+        parts = [evaluation[r][i].labels.tolist() for r in range(world)]
+        assert len({len(p) for p in parts}) == 1  # equal slices (sharded lookups need them)
+        assert [int(x) for p in parts for x in p if x >= 0] == rows
+        assert all(x == -1 for p in parts for x in p[: len(p)] if x < 0)
+
+    training = [BatchDataset(data, bs, shuffle=True, seed=3, rank=r, world_size=world) for r in range(world)]
+    epochs = [_epoch(t) for t in training]
+    assert {len(e) for e in epochs} == {len(training[0])}
+    used = 0
+    for i, parts in enumerate(zip(*epochs)):
+        assert len({len(p) for p in parts}) == 1 and len(parts[0]) >= 1
+        flat = [r for p in parts for r in p]
+        assert flat == global_batches[i][: len(flat)]
+        assert len(global_batches[i]) - len(flat) < world
+        used += len(flat)
+    assert n - used < world
+
+
 def test_batch_dataset_rejects_bad_batch_size() -> None:
     with pytest.raises(ValueError, match="batch_size"):
         BatchDataset(_traceable(3), batch_size=0)

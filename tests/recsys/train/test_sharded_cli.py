@@ -116,6 +116,12 @@ def test_cuda_config_on_a_machine_without_cuda_is_a_clear_error(tmp_cwd: Path) -
         SalienceCLI(args=_args(tmp_cwd, 1, "--trainer.accelerator", "cuda"))
 
 
+def test_predict_with_several_processes_is_refused_with_the_way_out(tmp_cwd: Path) -> None:
+    args = _args(tmp_cwd, 1, "--trainer.devices", "2")
+    with pytest.raises(ValueError, match=r"run it without the sharded strategy \(--trainer.strategy auto\)"):
+        SalienceCLI(args=["predict", *args[1:]])
+
+
 def test_torchrun_trains_dcnv2_on_frappe(data_dir: Path, tmp_path: Path) -> None:
     """The committed Frappe sharded config, one short epoch over 2 gloo processes."""
     from tests.conftest import require_dataset
