@@ -49,6 +49,7 @@ __all__ = [
     "ShardingConfig",
     "ShardingError",
     "build_plan",
+    "collective_device",
     "full_fused_optimizer_state",
     "full_state_dict",
     "fused_optimizer_class",
@@ -272,9 +273,17 @@ def _to_plain_ebc(model: RankingModel) -> None:
     arch.kernel = EmbeddingKernel.FUSED
 
 
+def collective_device(pg: Any = None) -> torch.device:
+    """Where tensors for a collective must live: the current CUDA device under nccl (which
+    cannot reduce CPU tensors), the CPU otherwise."""
+    if dist.get_backend(pg) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 def _check_same_initial_weights(state: Mapping[str, torch.Tensor], pg: Any) -> None:
     """Every process must start from the same tables (same seed); a cheap checksum check."""
-    sums = torch.tensor([float(v.double().sum()) for v in state.values()], dtype=torch.float64)
+    sums = torch.tensor([float(v.double().sum()) for v in state.values()], dtype=torch.float64, device=collective_device(pg))
     gathered = [torch.zeros_like(sums) for _ in range(dist.get_world_size(pg))]
     dist.all_gather(gathered, sums, group=pg)
     if any(not torch.allclose(g, sums) for g in gathered):

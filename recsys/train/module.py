@@ -19,6 +19,7 @@ from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
 from recsys.models.seam import SeamTransform
 from recsys.train.distributed import (
     ShardedStrategy,
+    collective_device,
     full_fused_optimizer_state,
     is_sharded,
     load_full_fused_optimizer_state,
@@ -99,7 +100,7 @@ class _LogLoss:
         """The mean over every process of a distributed run (the local mean otherwise)."""
         total, count = self.total, self.count
         if torch.distributed.is_available() and torch.distributed.is_initialized() and torch.distributed.get_world_size() > 1:
-            both = torch.tensor([total, float(count)], dtype=torch.float64)
+            both = torch.tensor([total, float(count)], dtype=torch.float64, device=collective_device())
             torch.distributed.all_reduce(both)
             total, count = float(both[0]), int(both[1])
         return total / max(count, 1)
