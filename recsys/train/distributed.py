@@ -41,7 +41,7 @@ import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 
-from recsys.models.base import EmbeddingKernel, FusedOptimizer, RankingModel, table_configs
+from recsys.models.base import EmbeddingKernel, FusedOptimizer, RankingModel, table_configs_for
 
 __all__ = [
     "SHARDING_TYPES",
@@ -132,13 +132,13 @@ def _table_features(model: RankingModel) -> dict[str, str]:
     """Table name -> the feature it embeds (``t_<f>`` and the blocks ``t_<f>@<b>``)."""
     return {
         cfg.name: cfg.feature_names[0].split("@")[0]
-        for cfg in table_configs(model.schema, model.sparse_arch.config.pooling, model.sparse_arch.blocks)
+        for cfg in table_configs_for(model.sparse_arch)
     }
 
 
 def _check_plan_fits(model: RankingModel, config: ShardingConfig, world_size: int) -> None:
     """Clear errors for plans the process count cannot meet."""
-    configs = table_configs(model.schema, model.sparse_arch.config.pooling, model.sparse_arch.blocks)
+    configs = table_configs_for(model.sparse_arch)
     features = _table_features(model)
     kinds = {c.name: config.type_of(c.name, features[c.name]) for c in configs}
     tw = [n for n, k in kinds.items() if k == "table_wise"]
@@ -196,7 +196,7 @@ def build_plan(
 
     _check_plan_fits(model, config, world_size)
     features = _table_features(model)
-    tables = table_configs(model.schema, model.sparse_arch.config.pooling, model.sparse_arch.blocks)
+    tables = table_configs_for(model.sparse_arch)
     configs = {c.name: c for c in tables}
     # plan on a weightless stand-in at the model's EBC path (the model may hold the fused kernel)
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
@@ -262,7 +262,7 @@ def _to_plain_ebc(model: RankingModel) -> None:
 
     arch = model.sparse_arch
     cfg = arch.config
-    tables = table_configs(model.schema, cfg.pooling, arch.blocks)
+    tables = table_configs_for(arch)
     # weightless, as in TorchRec's DLRM example: TorchRec keeps the unsharded parameters it
     # shards from, so real ones would keep a full copy of every table alive in each process;
     # shard_model loads the weights into the shards afterwards
