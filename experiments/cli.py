@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -156,6 +157,27 @@ def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
         logger.propagate = False  # one line per message, even when a library configured the root logger
 
 
+def exit_distributed(code: int) -> None:
+    """End a finished process of a distributed run (torchrun, gloo/nccl) at once.
+
+    After a sharded run has finished its work (the MLflow run closed, the checkpoints and the
+    export written), the interpreter's teardown occasionally aborts the process ("terminate
+    called without an active exception", SIGABRT) from a native thread the distributed stack
+    leaves behind, and the launcher then reports a finished job as failed. So the process
+    synchronises with the others, flushes its output and leaves without that teardown. A
+    process that is not part of a distributed run returns and exits normally.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -169,6 +191,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # on the real command line LightningCLI reads sys.argv itself (and warns if also given args)
         run_cli(None if from_command_line else [command, *rest])
+        if from_command_line:
+            exit_distributed(0)
         return 0
     if command in COMMANDS:
         return COMMANDS[command][0](rest)

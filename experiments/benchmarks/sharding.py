@@ -377,11 +377,13 @@ def _worker(rank: int, arm: str, world: int, port: int, cfg_json: str, out_dir: 
     try:
         result = train_arm(arm, rank, world, cfg)
         (Path(out_dir) / f"{arm}_rank{rank}.json").write_text(json.dumps(result))
-        if world > 1:
-            dist.barrier()
-    finally:
+    except BaseException:
         if world > 1:
             dist.destroy_process_group()
+        raise
+    from experiments.cli import exit_distributed
+
+    exit_distributed(0)  # without the teardown that can abort a finished distributed process
 
 
 def _free_port() -> int:

@@ -96,6 +96,9 @@ def _worker(rank: int, port: int, sharding: str, mixed: bool, out: str) -> None:
 
     from recsys.train.distributed import full_state_dict, shard_model
 
+    import faulthandler
+
+    faulthandler.enable()  # a C++ abort in a worker shows where it happened
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(WORLD))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=WORLD)
@@ -112,8 +115,14 @@ def _worker(rank: int, port: int, sharding: str, mixed: bool, out: str) -> None:
         if rank == 0:
             torch.save({"losses": losses, "state": state, "plan": sharded.sharding_description}, out)
         dist.barrier()
-    finally:
+    except BaseException:
         dist.destroy_process_group()
+        raise
+    # done: leave without the interpreter's teardown, where a native thread left by the
+    # distributed stack occasionally aborts the process (see experiments.cli.exit_distributed)
+    from experiments.cli import exit_distributed
+
+    exit_distributed(0)
 
 
 def _run_sharded(tmp_path: Path, sharding: str, mixed: bool = False) -> dict[str, Any]:
