@@ -376,30 +376,31 @@ def _default_storage() -> str:
     return f"sqlite:///{Path.cwd() / 'optuna.db'}"
 
 
-def _shown_url(url: str) -> str:
-    """``url`` with its password, if any, as ``***``: for messages, logs and ``summary.json``."""
+def _parsed_url(url: str) -> Any:
+    """``url`` as SQLAlchemy's ``URL``, or None when it is not one (nothing to hide then)."""
     from sqlalchemy.engine import make_url
     from sqlalchemy.exc import ArgumentError
 
     try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):  # not a URL: nothing to hide
-        return url
-    return parsed.render_as_string(hide_password=True) if parsed.password is not None else url
+        return make_url(url)
+    except (ArgumentError, ValueError):
+        return None
+
+
+def _shown_url(url: str) -> str:
+    """``url`` with its password, if any, as ``***``: for messages, logs and ``summary.json``."""
+    parsed = _parsed_url(url)
+    return parsed.render_as_string(hide_password=True) if parsed is not None and parsed.password is not None else url
 
 
 def _url_without_password(url: str) -> str:
     """``url`` less its password: what goes into every trial's fit config (which is saved with the
     run and logged to MLflow). Only a fit in another process needs it, and that one then finds
     the password where the driver looks without one (``PGPASSWORD``, ``~/.pgpass``, ...)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        parsed = make_url(url)
-    except (ArgumentError, ValueError):
+    parsed = _parsed_url(url)
+    if parsed is None or not parsed.password:
         return url
-    return parsed._replace(password=None).render_as_string(hide_password=False) if parsed.password else url
+    return parsed._replace(password=None).render_as_string(hide_password=False)
 
 
 #: tries to open a storage whose tables another process is creating at the same moment

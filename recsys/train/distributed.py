@@ -128,26 +128,17 @@ def fused_optimizer_class(opt: FusedOptimizer) -> type:
     return torch.optim.SGD if opt is FusedOptimizer.SGD else torch.optim.Adagrad
 
 
-def _table_features(model: RankingModel) -> dict[str, str]:
-    """Table name -> the feature it embeds (``t_<f>`` and the blocks ``t_<f>@<b>``)."""
-    return {
-        cfg.name: cfg.feature_names[0].split("@")[0]
-        for cfg in table_configs_for(model.sparse_arch)
-    }
-
-
-def _check_plan_fits(model: RankingModel, config: ShardingConfig, world_size: int) -> None:
-    """Clear errors for plans the process count cannot meet."""
-    configs = table_configs_for(model.sparse_arch)
-    features = _table_features(model)
-    kinds = {c.name: config.type_of(c.name, features[c.name]) for c in configs}
+def _check_plan_fits(
+    tables: list[Any], kinds: dict[str, str], features: dict[str, str], config: ShardingConfig, world_size: int
+) -> None:
+    """Clear errors for plans the process count cannot meet (``kinds``: table -> type)."""
     tw = [n for n, k in kinds.items() if k == "table_wise"]
     if tw and len(tw) == len(kinds) and world_size > len(tw):
         raise ShardingError(
             f"{config.key}.sharding=table_wise with {world_size} processes but only {len(tw)} table(s): "
             f"{world_size - len(tw)} process(es) would hold no table; use row_wise or column_wise, or fewer processes"
         )
-    for c in configs:
+    for c in tables:
         kind = kinds[c.name]
         if kind == "column_wise" and (c.embedding_dim % world_size or (c.embedding_dim // world_size) % 4):
             raise ShardingError(
@@ -194,16 +185,16 @@ def build_plan(
     from torchrec.distributed.types import ShardingPlan
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    _check_plan_fits(model, config, world_size)
-    features = _table_features(model)
     tables = table_configs_for(model.sparse_arch)
     configs = {c.name: c for c in tables}
+    features = {name: c.feature_names[0].split("@")[0] for name, c in configs.items()}  # t_<f>@<b> -> f
+    kinds = {name: config.type_of(name, features[name]) for name in configs}
+    _check_plan_fits(tables, kinds, features, config, world_size)
     # plan on a weightless stand-in at the model's EBC path (the model may hold the fused kernel)
     ebc = EmbeddingBagCollection(tables=tables, device=torch.device("meta"))
     holder = nn.Module()
     holder.sparse_arch = nn.Module()
     holder.sparse_arch.embedding_bag_collection = ebc
-    kinds = {name: config.type_of(name, features[name]) for name in configs}
     planner_types = PLANNER_CPU_TYPES if device_type == "cpu" else SHARDING_TYPES
     sharder = EmbeddingBagCollectionSharder()
     if all(k == "auto" or k in planner_types for k in kinds.values()):
@@ -246,7 +237,7 @@ def build_plan(
 
 
 def describe_plan(plan: Any) -> dict[str, dict[str, Any]]:
-    """Table -> {type, ranks} of a ``ShardingPlan`` (what the run logs)."""
+    """Table -> {type, ranks, kernel} of a ``ShardingPlan`` (what the run logs)."""
     out: dict[str, dict[str, Any]] = {}
     for module_plan in plan.plan.values():
         for table, ps in module_plan.items():
@@ -551,6 +542,8 @@ class ShardedStrategy(DDPStrategy):
 
         assert self.accelerator is not None
         self.accelerator.setup(trainer)
+        # every stage, not only fit (DDP's own setup wraps for fit only); DMP wraps the dense
+        # part in DDP itself, and the task's model stays sharded for the test after fit
         self._shard()
         self.precision_plugin.convert_module(self.model)
         self.model_to_device()
@@ -560,15 +553,8 @@ class ShardedStrategy(DDPStrategy):
         if trainer.state.fn == TrainerFn.FITTING:
             _optimizers_to_device(self.optimizers, self.root_device)
 
-    def configure_ddp(self) -> None:  # DMP wraps the dense part in DDP itself
-        self._shard()
-
     def lightning_module_state_dict(self) -> dict[str, Any]:
         return full_state_dict(self.lightning_module)
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
         load_full_state_dict(self.lightning_module, checkpoint["state_dict"], strict=strict)
-
-    def teardown(self) -> None:
-        # keep the task's model sharded: validate/test after fit run on the same shards
-        super(DDPStrategy, self).teardown()

@@ -184,6 +184,8 @@ class RankingTask(pl.LightningModule):
             self.model.set_seam(seam_module)
         self.val_auc = BinaryAUROC()
         self.test_auc = BinaryAUROC()
+        #: the optimizer of a sharded model's data-parallel tables (set by configure_optimizers)
+        self._replica_optimizer: torch.optim.Optimizer | None = None
         self._logloss: dict[str, _LogLoss] = {}
 
     @property
@@ -288,10 +290,9 @@ class RankingTask(pl.LightningModule):
         return replica_optimizer(self.model, FusedOptimizer(self.hparams.fused_optimizer), self.hparams.fused_lr)
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        replica = getattr(self, "_replica_optimizer", None)
-        if replica is not None:
-            replica.step()
-            replica.zero_grad()
+        if self._replica_optimizer is not None:
+            self._replica_optimizer.step()
+            self._replica_optimizer.zero_grad()
 
     def configure_callbacks(self) -> list[Callback]:
         callbacks: list[Callback] = [
@@ -309,7 +310,7 @@ class RankingTask(pl.LightningModule):
             state = full_fused_optimizer_state(self.model)  # collective; full on rank 0
             if state is not None:
                 checkpoint["sharded_fused_optimizer"] = state
-            if getattr(self, "_replica_optimizer", None) is not None:
+            if self._replica_optimizer is not None:
                 checkpoint["replica_optimizer"] = self._replica_optimizer.state_dict()
         elif self.model.sparse_arch.is_fused:
             checkpoint["fused_optimizer"] = self.model.sparse_arch.embedding_bag_collection.fused_optimizer().state_dict()
@@ -318,7 +319,7 @@ class RankingTask(pl.LightningModule):
         if is_sharded(self.model):
             if "sharded_fused_optimizer" in checkpoint:
                 load_full_fused_optimizer_state(self.model, checkpoint["sharded_fused_optimizer"])
-            if getattr(self, "_replica_optimizer", None) is not None and "replica_optimizer" in checkpoint:
+            if self._replica_optimizer is not None and "replica_optimizer" in checkpoint:
                 self._replica_optimizer.load_state_dict(checkpoint["replica_optimizer"])
         elif self.model.sparse_arch.is_fused and "fused_optimizer" in checkpoint:
             self.model.sparse_arch.embedding_bag_collection.fused_optimizer().load_state_dict(checkpoint["fused_optimizer"])
