@@ -6,6 +6,7 @@
     salience rank --config CFG --method outrank|permutation|leap
     salience select --config CFG --method M --k 2,4,8
     salience quality DATA... | --config CFG
+    salience pipeline --config experiments/configs/pipeline/frappe.yaml
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
     salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu [ARGS]
@@ -15,7 +16,8 @@
     salience gen recommend --model EXPORT_DIR --history "12 7 99"
 
 ``fit`` and friends are LightningCLI subcommands (see ``salience fit --help``); the others are
-plain argparse commands (each has ``--help``).
+plain argparse commands (each has ``--help``). SIGTERM stops a command cleanly: its MLflow runs
+end ``KILLED`` and it exits with status 143 (a rerun of a stopped ``fit`` resumes it).
 """
 
 from __future__ import annotations
@@ -23,8 +25,12 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from types import FrameType
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
@@ -90,6 +96,12 @@ def _gen(argv: Sequence[str]) -> int:
     return gen_main(argv)
 
 
+def _pipeline(argv: Sequence[str]) -> int:
+    from experiments.pipeline.cli import pipeline_main
+
+    return pipeline_main(argv)
+
+
 def _tune(argv: Sequence[str]) -> int:
     from experiments.hpo.tune import tune_main
 
@@ -128,6 +140,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "sid": (_sid, "build semantic IDs (RQ-KMeans, RQ-VAE) for an item catalogue"),
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
     "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
+    "pipeline": (_pipeline, "quality -> OutRank -> LeAP -> DNIS -> GIF -> final fit -> export, vs the original; resumable"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
     "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo, sharding, gpu)"),
 }
@@ -178,6 +191,44 @@ def exit_distributed(code: int) -> None:
     os._exit(code)
 
 
+class Terminated(SystemExit):
+    """The process got SIGTERM (raised in the main thread; exit status 128 + 15)."""
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """For the duration of a command, SIGTERM raises :class:`Terminated` in the main thread, so
+    the paths that end MLflow runs on an exception end them (``KILLED``, see
+    :func:`recsys.tracking.end_status`) instead of the process dying with its runs ``RUNNING``.
+
+    While a Lightning trainer runs, its own handler sits over this one and calls it: the trainer
+    then stops at the next batch boundary (every process of a distributed run together) by
+    raising its ``SIGTERMException``, which exits 0 and so is turned into :class:`Terminated`
+    here; this handler only notes the signal (a second SIGTERM raises at once).
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live there
+        yield
+        return
+    received = False
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        deferred = signal.getsignal(signal.SIGTERM) is not handler and not received
+        received = True
+        if not deferred:
+            raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except SystemExit as e:
+        if received and not isinstance(e, Terminated):
+            raise Terminated(128 + signal.SIGTERM) from e
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from_command_line = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -190,12 +241,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         from recsys.train.cli import run_cli
 
         # on the real command line LightningCLI reads sys.argv itself (and warns if also given args)
-        run_cli(None if from_command_line else [command, *rest])
+        with sigterm_raises():
+            run_cli(None if from_command_line else [command, *rest])
         if from_command_line:
             exit_distributed(0)
         return 0
     if command in COMMANDS:
-        return COMMANDS[command][0](rest)
+        with sigterm_raises():
+            return COMMANDS[command][0](rest)
     print(f"salience: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
     return 2
 

@@ -1,5 +1,10 @@
 """``salience demo``: the main job on the embedded synthetic default.
 
+By default it is ``salience pipeline --config experiments/configs/pipeline/synthetic.yaml``:
+quality gates -> OutRank screening -> LeAP selection curve -> DNIS dims -> GIF tuning -> final
+fit -> export -> parity, next to the original model, with an HTML report (a few minutes on 2
+cores; re-running resumes). ``salience demo --tour`` runs the tour of every capability instead:
+
 Stage 1 generates the synthetic CTR data (planted ground truth), trains DCNv2, evaluates the
 best checkpoint on the test split, exports it to TorchScript, reloads the export in a fresh
 process and checks parity with the eager model, all logged to one MLflow run.
@@ -388,17 +393,29 @@ def _selection_lines(s: dict[str, Any]) -> list[str]:
     return lines
 
 
+PIPELINE_CONFIG = Path(__file__).resolve().parent / "configs" / "pipeline" / "synthetic.yaml"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="salience demo", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--rows", type=int, default=200_000, help="synthetic rows to generate")
-    parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--output", default="runs/demo", help="folder for checkpoints and the export")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data")
-    parser.add_argument("--selection-rows", type=int, default=50_000, help="rows of the feature-selection stage (0 skips it)")
-    parser.add_argument("--dims-rows", type=int, default=50_000, help="rows of the embedding-dimension stage (0 skips it)")
-    parser.add_argument("--gen-epochs", type=int, default=3, help="epochs of the generative stage (0 skips it)")
-    parser.add_argument("--tune-trials", type=int, default=10, help="trials of the GIF tuning stage (0 skips it)")
+    parser.add_argument("--tour", action="store_true",
+                        help="instead of the pipeline, the tour of every capability (stages 1-5 above)")
+    parser.add_argument("--output", default=None, help="output folder (pipeline default: runs/pipeline/synthetic; tour: runs/demo)")
+    parser.add_argument("--restart", action="store_true", help="pipeline: start over instead of resuming")
+    parser.add_argument("--rows", type=int, default=200_000, help="tour: synthetic rows to generate")
+    parser.add_argument("--epochs", type=int, default=3, help="tour: epochs of stage 1")
+    parser.add_argument("--seed", type=int, default=0, help="tour: seed of the synthetic data")
+    parser.add_argument("--selection-rows", type=int, default=50_000, help="tour: rows of the feature-selection stage (0 skips it)")
+    parser.add_argument("--dims-rows", type=int, default=50_000, help="tour: rows of the embedding-dimension stage (0 skips it)")
+    parser.add_argument("--gen-epochs", type=int, default=3, help="tour: epochs of the generative stage (0 skips it)")
+    parser.add_argument("--tune-trials", type=int, default=10, help="tour: trials of the GIF tuning stage (0 skips it)")
     args = parser.parse_args(argv)
+    if not args.tour:
+        from experiments.pipeline.cli import pipeline_main
+
+        extra = (["--output", args.output] if args.output else []) + (["--restart"] if args.restart else [])
+        return pipeline_main(["--config", str(PIPELINE_CONFIG), *extra])
+    args.output = args.output or "runs/demo"
     s = run_demo(args.rows, args.epochs, args.output, args.seed)
     selection = run_selection_stage(args.selection_rows, 2, args.output, args.seed) if args.selection_rows > 0 else None
     dims = run_dims_stage(args.dims_rows, 2, args.output, args.seed) if args.dims_rows > 0 else None

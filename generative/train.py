@@ -397,9 +397,12 @@ class GenerativeTask(pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
 
     def configure_callbacks(self) -> list[Callback]:
+        from recsys.train.module import latest_checkpoint
+
         monitor = self.hparams.monitor
         callbacks: list[Callback] = [
-            ModelCheckpoint(monitor=monitor, mode="max", save_last=True, filename="best-{epoch}-{" + monitor + ":.4f}")
+            ModelCheckpoint(monitor=monitor, mode="max", save_last=True, filename="best-{epoch}-{" + monitor + ":.4f}"),
+            latest_checkpoint(),
         ]
         if self.hparams.early_stopping_patience > 0:
             callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=self.hparams.early_stopping_patience))
@@ -407,6 +410,10 @@ class GenerativeTask(pl.LightningModule):
 
 
 def load_task(checkpoint: str | Path) -> GenerativeTask:
-    """A trained :class:`GenerativeTask` from a checkpoint, on CPU, in eval mode (no data needed)."""
-    task = GenerativeTask.load_from_checkpoint(str(checkpoint), map_location="cpu")
+    """A trained :class:`GenerativeTask` from a checkpoint, on CPU, in eval mode (no data needed).
+
+    Loaded with ``weights_only=True`` (no pickled objects are executed, whatever
+    ``TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD`` says).
+    """
+    task = GenerativeTask.load_from_checkpoint(str(checkpoint), map_location="cpu", weights_only=True)
     return task.eval()

@@ -31,10 +31,22 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     tmp_path = Path(tmp)
     try:
         yield tmp_path
+        if tmp_path.exists():  # mkstemp makes it owner-only; give it the mode of a plain new file
+            os.chmod(tmp_path, 0o666 & ~_UMASK)
         os.replace(tmp_path, path)
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+#: the process's umask, read once (reading it means setting it, which is not thread-safe)
+_UMASK = _umask()
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -3,7 +3,12 @@
 * Tracking URI: ``$MLFLOW_TRACKING_URI`` or ``sqlite:///mlflow.db`` in the working directory
   (MLflow 3 refuses the plain ``./mlruns`` file store by default).
 * One experiment per dataset; one run per fit; nested runs for stages/trials (``parent_run_id``).
-* A run of a process that raised is marked ``FAILED``, never left ``RUNNING``.
+* A run of a process that raised is marked ``FAILED`` (``KILLED`` when it was stopped: Ctrl-C,
+  SIGTERM), never left ``RUNNING``. A process killed outright (``kill -9``, OOM killer) cannot end
+  its run, so every run records its process (tags ``salience.host``, ``salience.pid``,
+  ``salience.pid_start``, ``salience.pid_ns``) and :func:`fail_orphaned_runs` ends the runs of
+  dead processes of this host as ``FAILED`` whenever a :class:`RunTracker` opens a run in their
+  experiment.
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import socket
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,7 +28,18 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from mlflow import MlflowClient
 
-__all__ = ["DEFAULT_TRACKING_URI", "MlflowTracking", "RunTracker", "flatten", "tracking_uri"]
+__all__ = [
+    "DEFAULT_TRACKING_URI",
+    "MlflowTracking",
+    "RunTracker",
+    "end_status",
+    "fail_orphaned_runs",
+    "fail_run",
+    "flatten",
+    "process_alive",
+    "process_identity",
+    "tracking_uri",
+]
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +68,96 @@ def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def _start_time(pid: int) -> str | None:
+    """When process ``pid`` started (clock ticks after boot, ``/proc/<pid>/stat`` field 22); ``""``
+    for a zombie; None where ``/proc`` does not know it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return "" if fields[0] in ("Z", "X") else fields[19]
+
+
+def process_identity(pid: int | None = None) -> dict[str, str]:
+    """This process (or process ``pid`` of this host): ``host``, ``pid``, and where ``/proc`` has
+    them ``pid_start`` (its start time, so that a later process with a reused pid is not taken for
+    it) and ``pid_ns`` (its pid namespace: containers that share a host name do not share pids)."""
+    pid = pid or os.getpid()
+    try:
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        namespace = ""
+    return {"host": socket.gethostname(), "pid": str(pid), "pid_start": _start_time(pid) or "", "pid_ns": namespace}
+
+
+def process_alive(pid: int, pid_start: str = "") -> bool:
+    """Whether process ``pid`` of this host (started at ``pid_start``, when known) still runs."""
+    started = _start_time(pid)
+    if started is not None:
+        return started != "" and (not pid_start or started == pid_start)
+    if Path("/proc/self/stat").exists():
+        return False  # /proc has no such process
+    try:  # no /proc: ask the kernel
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def end_status(exc: BaseException) -> str:
+    """The MLflow status of a run ended by ``exc``: ``KILLED`` when the process was stopped
+    (Ctrl-C, or SIGTERM: Lightning's ``SIGTERMException`` and the ``salience`` handler raise
+    ``SystemExit``), else ``FAILED``."""
+    return "KILLED" if isinstance(exc, (KeyboardInterrupt, SystemExit)) else "FAILED"
+
+
+def fail_run(client: MlflowClient, run_id: str, reason: str) -> bool:
+    """End run ``run_id`` as ``FAILED`` with tag ``salience.failure=reason`` if it is still
+    ``RUNNING``; whether it was."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        if client.get_run(run_id).info.status != "RUNNING":
+            return False
+    except MlflowException:  # not a run of this store
+        return False
+    client.set_tag(run_id, "salience.failure", reason)
+    client.set_terminated(run_id, status="FAILED")
+    return True
+
+
+def fail_orphaned_runs(client: MlflowClient, experiment_ids: list[str]) -> list[str]:
+    """End as ``FAILED`` the ``RUNNING`` runs of these experiments whose process (of this host and
+    pid namespace, by the run's ``salience.*`` tags) is gone; the ids of those runs. One search.
+
+    Runs of other hosts or containers, of live processes and without the tags are left alone.
+    """
+    me = process_identity()
+    runs = client.search_runs(
+        experiment_ids, f"attributes.status = 'RUNNING' and tags.`salience.host` = '{me['host']}'", max_results=1000
+    )
+    failed = []
+    for run in runs:
+        tags = run.data.tags
+        pid = tags.get("salience.pid", "")
+        if tags.get("salience.pid_ns", "") != me["pid_ns"] or not pid.isdigit():
+            continue
+        if process_alive(int(pid), tags.get("salience.pid_start", "")):
+            continue
+        if fail_run(client, run.info.run_id, f"process {pid} died without ending the run (found by pid {me['pid']})"):
+            failed.append(run.info.run_id)
+    if failed:
+        log.info("marked %d run(s) of dead processes FAILED: %s", len(failed), ", ".join(failed))
+    return failed
+
+
 class RunTracker:
     """A thin handle on one MLflow run through ``MlflowClient`` (no global active-run state).
+
+    The run is tagged with its process (:func:`process_identity`); opening it first ends the
+    orphaned runs of its experiment (:func:`fail_orphaned_runs`).
 
     Args:
         experiment: experiment name (created if missing).
@@ -76,12 +181,33 @@ class RunTracker:
         self.client: MlflowClient = MlflowClient(self.uri)
         exp = self.client.get_experiment_by_name(experiment)
         self.experiment_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
-        all_tags = dict(tags or {})
+        try:
+            fail_orphaned_runs(self.client, [self.experiment_id])
+        except Exception as e:  # housekeeping: never stops a new run
+            log.warning("could not look for orphaned MLflow runs: %s", e)
+        all_tags = {f"salience.{k}": v for k, v in process_identity().items() if v} | dict(tags or {})
         if parent_run_id:
             all_tags["mlflow.parentRunId"] = parent_run_id
         run = self.client.create_run(self.experiment_id, run_name=run_name, tags=all_tags)
         self.run_id: str = run.info.run_id
         self.finished = False
+
+    @classmethod
+    def attach(cls, run_id: str, client: MlflowClient | None = None) -> RunTracker:
+        """A tracker on an existing run (a resumed pipeline's parent), set ``RUNNING`` and
+        recorded as this process's run (so it is not taken for an orphan of the old process)."""
+        from mlflow import MlflowClient
+
+        self = cls.__new__(cls)
+        self.client = client or MlflowClient(tracking_uri())
+        self.uri = str(self.client.tracking_uri)
+        run = self.client.get_run(run_id)
+        self.experiment_id = run.info.experiment_id
+        self.run_id = run_id
+        self.finished = False
+        self.set_tags({f"salience.{k}": v for k, v in process_identity().items() if v})
+        self.client.update_run(run_id, status="RUNNING")
+        return self
 
     # -- logging ---------------------------------------------------------------------------
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -134,11 +260,8 @@ class RunTracker:
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
-        """Finish the run: ``FAILED`` when the block raised, ``KILLED`` on Ctrl-C, else ``FINISHED``."""
-        if exc_type is None:
-            self.finish()
-        else:
-            self.finish("KILLED" if issubclass(exc_type, KeyboardInterrupt) else "FAILED")
+        """Finish the run: ``FINISHED``, or as :func:`end_status` says when the block raised."""
+        self.finish("FINISHED" if exc is None else end_status(exc))
 
 
 def _training_curve(history: list[dict[str, float]]) -> Figure:
@@ -180,6 +303,7 @@ class MlflowTracking(Callback):
         self.tracker: RunTracker | None = None
         self.config: dict[str, Any] | None = None  # resolved CLI config, set by the CLI
         self.keep_open = False  # the CLI keeps the run open across fit -> test -> export
+        self.resumed_from: str | None = None  # run of the unfinished fit this one resumes, set by the CLI
         self.history: list[dict[str, float]] = []
 
     def start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> RunTracker | None:
@@ -188,12 +312,14 @@ class MlflowTracking(Callback):
         dm = trainer.datamodule
         dataset = getattr(dm, "dataset_name", None) or "salience"
         arch = getattr(pl_module.hparams, "arch", type(pl_module).__name__)
-        self.tracker = RunTracker(
-            self.experiment or dataset,
-            self.run_name or f"{arch}-{dataset}",
-            tags={"salience.dataset": dataset, "salience.arch": str(arch)},
-            parent_run_id=self.parent_run_id,
-        )
+        tags = {"salience.dataset": dataset, "salience.arch": str(arch)}
+        if self.resumed_from:
+            tags["salience.resumed_from"] = self.resumed_from
+        name = self.run_name or f"{arch}-{dataset}"
+        self.tracker = RunTracker(self.experiment or dataset, name, tags, self.parent_run_id)
+        if self.resumed_from:  # already ended if its process died on this host
+            reason = f"the fit did not finish; resumed by {self.tracker.run_id}"
+            fail_run(self.tracker.client, self.resumed_from, reason)
         params = {k: v for k, v in pl_module.hparams.items() if k != "schema"}
         self.tracker.log_params({"model": params, "trainer.max_epochs": trainer.max_epochs, "seed": os.environ.get("PL_GLOBAL_SEED", "")})
         if self.config is not None:
@@ -261,7 +387,7 @@ class MlflowTracking(Callback):
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
         if self.tracker is not None:
             self.tracker.set_tags({"salience.error": f"{type(exception).__name__}: {exception}"[:5000]})
-            self.tracker.finish("KILLED" if isinstance(exception, KeyboardInterrupt) else "FAILED")
+            self.tracker.finish(end_status(exception))
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if self.tracker is not None and not self.keep_open:

@@ -88,3 +88,19 @@ def test_no_machine_specific_paths() -> None:
         if pattern.search(text):
             offenders.append(str(path.relative_to(ROOT)))
     assert not offenders
+
+
+def test_readme_names_real_commands_configs_and_docs() -> None:
+    """Every ``salience <command>``, config path and docs link in the README exists."""
+    from experiments.cli import COMMANDS, LIGHTNING_SUBCOMMANDS
+
+    readme = (ROOT / "README.md").read_text()
+    commands = set(re.findall(r"\bsalience ([a-z]+)\b", readme))
+    assert commands >= {"pipeline", "fit", "tune", "dims", "rank", "select", "quality"}
+    unknown = sorted(commands - set(COMMANDS) - set(LIGHTNING_SUBCOMMANDS) - {"finds"})
+    assert not unknown, unknown
+    paths = set(re.findall(r"\b((?:experiments|docs)/[\w./-]+\.(?:yaml|md))\b", readme))
+    missing = sorted(p for p in paths if not (ROOT / p).is_file())
+    assert not missing, missing
+    for doc in ("known-limitations.md", "reproducibility.md", "bad-input.md"):
+        assert f"docs/{doc}" in readme

@@ -124,7 +124,7 @@ def run_arm(dm: Any, arm: str, seed: int, epochs: int, workdir: Path) -> dict[st
     trainer.fit(task, datamodule=dm)
     train_seconds = time.perf_counter() - start
     start = time.perf_counter()
-    (test,) = trainer.test(task, datamodule=dm, ckpt_path="best", verbose=False)
+    (test,) = trainer.test(task, datamodule=dm, ckpt_path="best", verbose=False, weights_only=True)
     test_seconds = time.perf_counter() - start
     tracking.finish()
     params = sum(p.numel() for p in task.recommender.parameters())

@@ -78,6 +78,7 @@ class StudyTracker:
         tracking_uri: MLflow tracking URI (default: :func:`recsys.tracking.tracking_uri`).
         log_trials: create a child run per trial; when off, only trials with a
             ``mlflow_run_id`` user attr are logged (onto that run).
+        parent_run_id: nest the study's run under this run (e.g. a pipeline stage).
 
     Raises:
         RuntimeError: the MLflow backend is unreachable or the experiment is deleted.
@@ -93,8 +94,10 @@ class StudyTracker:
         experiment: str = "hpo",
         tracking_uri: str | None = None,
         log_trials: bool = True,
+        parent_run_id: str | None = None,
     ) -> None:
         self.study_name = study_name
+        self.outer_run_id = parent_run_id
         self.storage = storage
         self.log_trials = log_trials
         if tracking_uri is None:
@@ -135,6 +138,8 @@ class StudyTracker:
 
     def _create_parent(self, study: optuna.Study | None) -> Run:
         tags = {"optuna.study_name": self.study_name, "salience.role": "study"}
+        if self.outer_run_id:
+            tags["mlflow.parentRunId"] = self.outer_run_id
         if study is not None:
             tags["optuna.study_id"] = str(study._study_id)
         return self.client.create_run(self.experiment_id, run_name=self.study_name, tags=tags)

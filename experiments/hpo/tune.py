@@ -169,6 +169,7 @@ class SearchSpace:
 
     arch: str
     params: tuple[Hyperparameter, ...]
+    fixed: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def names(self) -> list[str]:
@@ -187,7 +188,9 @@ class SearchSpace:
 
     def config_updates(self, params: Mapping[str, Any], arch_args: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """``{dotted config key: value}`` for a sampled point; ``arch_args`` (the config's
-        ``model.arch_args``) is the base the sampled backbone arguments are merged into."""
+        ``model.arch_args``) is the base the sampled backbone arguments are merged into; the
+        :attr:`fixed` hyperparameters fill the ones not sampled."""
+        params = {**self.fixed, **params}
         missing = sorted(set(self.names) - set(params))
         if missing:
             raise ValueError(f"parameters {missing} of the {self.arch} search space are missing")
@@ -212,11 +215,30 @@ class SearchSpace:
         }
 
 
-def search_space(arch: str) -> SearchSpace:
-    """The search space of a backbone (``dcnv2`` 13 hyperparameters, ``dlrm`` / ``deepfm`` 11)."""
+def search_space(arch: str, fixed: Mapping[str, Any] | None = None) -> SearchSpace:
+    """The search space of a backbone (``dcnv2`` 13 hyperparameters, ``dlrm`` / ``deepfm`` 11).
+
+    ``fixed`` holds hyperparameters taken out of the search at the given values (e.g.
+    ``{"embedding_dim": 16}`` when a dimension plan sets the dims); an unknown name or a value
+    outside its range is an error naming it.
+    """
     if arch not in _ARCH_PARAMS:
         raise ValueError(f"no search space for model.arch={arch!r}; choose one of {sorted(_ARCH_PARAMS)}")
-    return SearchSpace(arch, _ARCH_PARAMS[arch])
+    params = _ARCH_PARAMS[arch]
+    fixed = dict(fixed or {})
+    known = {p.name: p for p in params}
+    unknown = sorted(set(fixed) - set(known))
+    if unknown:
+        raise ValueError(f"fixed hyperparameters {unknown} are not in the {arch} search space {sorted(known)}")
+    for name, value in fixed.items():
+        dist = known[name].distribution
+        try:
+            inside = dist._contains(dist.to_internal_repr(value))
+        except (ValueError, TypeError):
+            inside = False
+        if not inside:
+            raise ValueError(f"fixed hyperparameter {name}={value!r} is outside its range {known[name].distribution}")
+    return SearchSpace(arch, tuple(p for p in params if p.name not in fixed), fixed)
 
 
 def _cli_value(value: Any) -> str:
@@ -551,6 +573,7 @@ class _TrialSettings:
     keep_checkpoints: bool
     prune_warmup: bool
     pruner_name: str = "median"
+    fixed: dict[str, Any] = field(default_factory=dict)
 
 
 class _Objective:
@@ -728,7 +751,7 @@ def _run_worker(
 
     config = _resolved_config(Path(settings.config), settings.overrides)
     arch = str(_get_nested(config, "model.arch", "dcnv2"))
-    space = search_space(arch)
+    space = search_space(arch, settings.fixed)
     recipe = Recipe(settings.config, settings.overrides, workdir=settings.workdir, quiet=True)
     objective = _Objective(settings, recipe, space, _get_nested(config, "model.arch_args", {}) or {})
     storage = open_storage(settings.storage)
@@ -869,6 +892,8 @@ def tune(
     pruner: str | optuna.pruners.BasePruner | None = "median",
     prune_warmup: bool = False,
     keep_checkpoints: bool = False,
+    fixed: Mapping[str, Any] | None = None,
+    parent_run_id: str | None = None,
 ) -> TuneResult:
     """Tune the hyperparameters of a ``salience fit`` config on validation AUC.
 
@@ -894,6 +919,8 @@ def tune(
         pruner: ``median``, ``none`` or an Optuna pruner.
         prune_warmup: let the pruner stop GIF warm-start trials too.
         keep_checkpoints: keep every trial's checkpoints (deleted after the trial by default).
+        fixed: hyperparameters held at these values instead of searched (see :func:`search_space`).
+        parent_run_id: nest the study's MLflow run under this run (a pipeline stage).
 
     Raises:
         StorageError: the storage cannot be opened.
@@ -927,7 +954,7 @@ def tune(
             config_path, yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False)
         )
     resolved = _resolved_config(config_path, overrides)
-    space = search_space(str(_get_nested(resolved, "model.arch", "dcnv2")))
+    space = search_space(str(_get_nested(resolved, "model.arch", "dcnv2")), fixed)
 
     rdb = open_storage(storage_url)
     study = optuna.create_study(
@@ -955,11 +982,11 @@ def tune(
         log.info("study %s: %d trial(s) already in %s; %d to go", name, done, _shown_url(storage_url), remaining)
 
     tracker = None
-    parent_run_id = None
+    outer_run_id, parent_run_id = parent_run_id, None
     if tracking:
         from experiments.hpo.tracking import StudyTracker
 
-        tracker = StudyTracker(name, storage=storage_url, experiment=experiment)
+        tracker = StudyTracker(name, storage=storage_url, experiment=experiment, parent_run_id=outer_run_id)
         parent_run_id = tracker.parent_run_id
     settings = _TrialSettings(
         config=str(config_path),
@@ -978,6 +1005,7 @@ def tune(
         keep_checkpoints=keep_checkpoints,
         prune_warmup=prune_warmup,
         pruner_name=pruner if isinstance(pruner, str) else "none" if pruner is None else "median",
+        fixed=dict(space.fixed),
     )
     workers = min(workers, remaining) if remaining else 1
     log.info(

@@ -4,8 +4,9 @@
   frequency (ties by value) so that frequency blocks are contiguous id ranges; id 0 is the
   reserved out-of-vocabulary (OOV) id, ids ``1..V`` are the vocabulary.
 * hashing (``FeatureSpec.hash_size``): id = 1 + hash(value) mod hash_size, no vocabulary.
-* dense: NaN/inf/missing filled with ``fill_value`` and counted, then ``log1p`` or
-  standardisation with training statistics.
+* dense: NaN/inf/missing (and finite values a float32 cannot hold, ``|x| > 3.4e38``) filled
+  with ``fill_value`` and counted, then ``log1p`` or standardisation with training statistics
+  (standardised values are clipped to the float32 range, so every output is finite).
 
 Everything is vectorised with numpy/pandas; no Python loop per row.
 """
@@ -21,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from recsys.data.raw import RawData
-from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
+from recsys.data.schema import FLOAT32_MAX, DenseTransform, FeatureKind, FeatureSpec, Schema, SchemaError
 
 __all__ = ["EncodeStats", "EncodedData", "Preprocessor", "Vocabulary", "hash_ids", "split_multi"]
 
@@ -62,7 +63,11 @@ class Vocabulary:
 
     @classmethod
     def fit(cls, tokens: np.ndarray, min_count: int = 1) -> Vocabulary:
-        uniq, counts = np.unique(np.asarray(tokens, dtype=str), return_counts=True)
+        # python strings throughout: a numpy str array would drop trailing NUL characters, and
+        # encode() would then miss the token it was fitted on
+        codes, uniq = pd.factorize(np.asarray(tokens, dtype=object), use_na_sentinel=False)
+        counts = np.bincount(codes, minlength=len(uniq))
+        uniq = np.asarray([str(t) for t in uniq], dtype=object)
         keep = counts >= min_count
         uniq, counts = uniq[keep], counts[keep]
         order = np.lexsort((uniq, -counts))  # by count desc, then token for determinism
@@ -210,6 +215,7 @@ class Preprocessor:
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, frame: pd.DataFrame) -> Preprocessor:
+        self._check_columns(frame, self.schema.names)
         for spec in self.schema.sparse:
             if spec.hash_size is None:
                 self.vocabularies[spec.name] = Vocabulary.fit(self._tokens(spec, frame[spec.name]), spec.min_count)
@@ -239,6 +245,7 @@ class Preprocessor:
         self._check_fitted()
         if isinstance(frame, RawData):
             frame = frame.frame
+        self._check_columns(frame, self.schema.names)
         stats = EncodeStats(rows=len(frame))
         values, lengths = {}, {}
         for spec in self.schema.sparse:
@@ -276,7 +283,7 @@ class Preprocessor:
             x = np.log1p(np.clip(x, 0.0, None))
         elif spec.transform is DenseTransform.STANDARDIZE:
             mean, std = self.dense_stats[spec.name]
-            x = (x - mean) / std
+            x = np.clip((x - mean) / std, -FLOAT32_MAX, FLOAT32_MAX)  # a tiny training std cannot overflow
         return x.astype(np.float32), filled
 
     # -- helpers ---------------------------------------------------------------------------
@@ -298,11 +305,20 @@ class Preprocessor:
         x = pd.to_numeric(pd.Series(cells, copy=False), errors="coerce").to_numpy(dtype=np.float64)
         if spec.missing_value is not None and not isinstance(spec.missing_value, str):
             x = np.where(x == float(spec.missing_value), np.nan, x)
-        bad = ~np.isfinite(x)
+        with np.errstate(invalid="ignore"):
+            bad = ~(np.abs(x) <= FLOAT32_MAX)  # NaN, inf and what would be inf as a float32
         if not fill:
             return x[~bad], int(bad.sum())
         x = np.where(bad, spec.fill_value, x)
         return x, int(bad.sum())
+
+    @staticmethod
+    def _check_columns(frame: pd.DataFrame, names: list[str]) -> None:
+        missing = [n for n in names if n not in frame.columns]
+        if missing:
+            raise SchemaError(
+                f"columns {missing} of the schema are not in the data; available columns: {list(frame.columns)}"
+            )
 
     def _check_fitted(self) -> None:
         if not self.fitted:

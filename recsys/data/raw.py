@@ -24,7 +24,12 @@ class DataError(ValueError):
 
 @dataclass
 class ReadReport:
-    """What a reader saw: rows read, rows skipped (with their line numbers), notes."""
+    """What a reader saw: rows read, rows skipped (with their line numbers), notes.
+
+    ``rows_read + rows_skipped`` is the number of data lines (records) in the source. A bad
+    quoted CSV record that spans several lines counts, and lists, each of its lines. See
+    ``docs/bad-input.md``.
+    """
 
     source: str
     rows_read: int = 0
@@ -86,14 +91,16 @@ class RawData:
         return RawData(self.frame[[*schema.names, schema.label]], schema, self.report)
 
 
-def check_labels(labels: pd.Series, source: str) -> pd.Series:
-    """Return labels as int8 in {0, 1}; raise naming the first bad line otherwise."""
+def check_labels(labels: pd.Series, source: str, unit: str = "line") -> pd.Series:
+    """Return labels as int8 in {0, 1}; raise naming the first bad line (or ``unit``) otherwise."""
     numeric = pd.to_numeric(labels, errors="coerce")
     bad = ~numeric.isin([0, 1])
     if bad.any():
         line = labels.index[np.argmax(bad.to_numpy())]
+        value = labels.loc[line]
+        where = f"{source}:{line}" if unit == "line" else f"{source}: {unit} {line}"
         raise DataError(
-            f"{source}:{line}: label {labels.loc[line]!r} is outside {{0, 1}} "
+            f"{where}: label {value.item() if isinstance(value, np.generic) else value!r} is outside {{0, 1}} "
             f"({int(bad.sum())} bad label(s) in all)"
         )
     return numeric.astype(np.int8)

@@ -11,14 +11,27 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum, unique
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DenseTransform", "FeatureKind", "FeatureSpec", "Schema", "SchemaError"]
+__all__ = ["FLOAT32_MAX", "DenseTransform", "FeatureKind", "FeatureSpec", "Schema", "SchemaError"]
 
 
 class SchemaError(ValueError):
     """A schema (or a config that names features) does not match the data."""
+
+
+#: the largest finite float32: dense values beyond it cannot reach the model as numbers
+FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, Integral) and not isinstance(value, bool)
 
 
 @unique
@@ -72,16 +85,33 @@ class FeatureSpec:
     num_embeddings: int | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "kind", FeatureKind(self.kind))
-        object.__setattr__(self, "transform", DenseTransform(self.transform))
-        if not self.name:
-            raise SchemaError("feature name must be a non-empty string")
+        if not isinstance(self.name, str) or not self.name:
+            raise SchemaError(f"feature name must be a non-empty string, got {self.name!r}")
+        for key, enum in (("kind", FeatureKind), ("transform", DenseTransform)):
+            try:
+                object.__setattr__(self, key, enum(getattr(self, key)))
+            except ValueError:
+                self._invalid(key, f"one of {[e.value for e in enum]}")
+        for key in ("embedding_dim", "min_count", "hash_size", "num_embeddings"):
+            value = getattr(self, key)
+            if not (_is_int(value) or (value is None and key in ("hash_size", "num_embeddings"))):
+                self._invalid(key, "an integer")
+        if not isinstance(self.separator, str) or not self.separator:
+            self._invalid("separator", "a non-empty string")
+        if not _is_number(self.fill_value) or not abs(float(self.fill_value)) <= FLOAT32_MAX:
+            self._invalid("fill_value", "a finite number a float32 can hold")
+        missing = self.missing_value
+        if missing is not None and not (_is_number(missing) or (isinstance(missing, str) and self.is_sparse)):
+            self._invalid("missing_value", "a number" if self.kind is FeatureKind.DENSE else "a string or a number")
         if self.is_sparse and self.embedding_dim <= 0:
             raise SchemaError(f"feature {self.name!r}: embedding_dim must be > 0")
         if self.min_count < 1:
             raise SchemaError(f"feature {self.name!r}: min_count must be >= 1")
         if self.hash_size is not None and self.hash_size < 1:
             raise SchemaError(f"feature {self.name!r}: hash_size must be >= 1")
+
+    def _invalid(self, key: str, what: str) -> None:
+        raise SchemaError(f"feature {self.name!r}: {key} must be {what}, got {getattr(self, key)!r}")
 
     @property
     def is_sparse(self) -> bool:
@@ -95,10 +125,12 @@ class FeatureSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> FeatureSpec:
+        if not isinstance(data, Mapping):
+            raise SchemaError(f"a feature must be a name or a mapping of its options, got {data!r}")
         unknown = set(data) - set(cls.__dataclass_fields__)
         if unknown:
             raise SchemaError(
-                f"feature {data.get('name')!r}: unknown keys {sorted(unknown)}; "
+                f"feature {data.get('name')!r}: unknown keys {sorted(unknown, key=str)}; "
                 f"allowed: {sorted(cls.__dataclass_fields__)}"
             )
         return cls(**dict(data))
@@ -119,6 +151,8 @@ class Schema:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "features", tuple(self.features))
+        if not isinstance(self.label, str) or not self.label:
+            raise SchemaError(f"label must be a non-empty string (the label column's name), got {self.label!r}")
         names = [f.name for f in self.features]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -211,8 +245,12 @@ class Schema:
         unknown = set(data) - {"name", "label", "features", "extras"}
         if unknown:  # a typo such as 'lable' must not silently fall back to the default
             raise SchemaError(
-                f"{source}: unknown keys {sorted(unknown)}; allowed: ['extras', 'features', 'label', 'name']"
+                f"{source}: unknown keys {sorted(unknown, key=str)}; allowed: ['extras', 'features', 'label', 'name']"
             )
+        if not isinstance(data["features"], list):
+            raise SchemaError(f"{source}: 'features' must be a list of features, got {data['features']!r}")
+        if not isinstance(data.get("extras", {}), Mapping):
+            raise SchemaError(f"{source}: 'extras' must be a mapping, got {data['extras']!r}")
         feats = []
         for i, raw in enumerate(data["features"]):
             if isinstance(raw, str):
@@ -221,12 +259,15 @@ class Schema:
                 feats.append(FeatureSpec.from_dict(raw))
             except (TypeError, ValueError) as e:
                 raise SchemaError(f"{source}: features[{i}]: {e}") from e
-        return cls(
-            features=tuple(feats),
-            label=data.get("label", "label"),
-            name=data.get("name", "dataset"),
-            extras=dict(data.get("extras", {})),
-        )
+        try:
+            return cls(
+                features=tuple(feats),
+                label=data.get("label", "label"),
+                name=data.get("name", "dataset"),
+                extras=dict(data.get("extras", {})),
+            )
+        except SchemaError as e:
+            raise SchemaError(f"{source}: {e}") from e
 
     def save(self, path: str | Path) -> None:
         from recsys.io import atomic_write_text
@@ -244,13 +285,14 @@ class Schema:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"schema file not found: {path}")
-        text = path.read_text()
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
+        import yaml
 
-            data = yaml.safe_load(text)
-        else:
-            data = json.loads(text)
+        try:
+            text = path.read_text(encoding="utf-8")
+            data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
+        except (UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError) as e:  # they name line and column
+            kind = "YAML" if path.suffix in (".yaml", ".yml") else "JSON"
+            raise SchemaError(f"{path}: not a readable {kind} schema file: {e}") from e
         if not isinstance(data, Mapping):
             raise SchemaError(f"{path}: expected a mapping at the top level")
         return cls.from_dict(data, source=str(path))

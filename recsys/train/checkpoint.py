@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle  # for pickle.UnpicklingError only: nothing here unpickles
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,12 +29,26 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
     """Rebuild the model and the fitted encoders from a checkpoint.
 
     Loads with ``weights_only=True``: a checkpoint holds tensors and plain containers only,
-    so nothing untrusted is unpickled.
+    so nothing untrusted is unpickled (a file holding any other object is refused unrun).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is damaged, holds objects other than tensors and plain
+            containers, or was not written by ``salience fit``.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint not found: {path}")
-    ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:  # refused or damaged; nothing was run
+        reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise ValueError(
+            f"{path}: refused to load: not a checkpoint of tensors and plain containers "
+            f"(loaded with weights_only=True): {reason}"
+        ) from e
+    if not isinstance(ckpt, dict) or "hyper_parameters" not in ckpt or "state_dict" not in ckpt:
+        raise ValueError(f"{path}: not a Lightning checkpoint (no 'hyper_parameters' and 'state_dict')")
     hparams = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
     data_state = ckpt.get(CTRDataModule.__qualname__)
     if not data_state or "preprocessor" not in data_state:

@@ -5,23 +5,38 @@ The constructor signatures of :class:`~recsys.train.module.RankingTask` and
 (``salience fit --print_config`` prints a complete one). After ``fit``, the best checkpoint is
 evaluated on the test split and exported to TorchScript; config, metrics, plots and the export
 are logged to one MLflow run.
+
+A ``fit`` that did not finish (the process was killed, stopped or raised) resumes when the same
+command runs again: the run folder (``trainer.default_root_dir``) keeps ``fit_state.json`` (the
+process, its MLflow run, a fingerprint of the config and the last checkpoint), and a rerun with
+the same config continues from that checkpoint (epoch, step, optimizer, scheduler, early
+stopping, checkpoint and RNG state) to the metrics an uninterrupted run reaches; the killed run is
+marked ``FAILED`` and the new one tagged ``salience.resumed_from``. ``--resume false`` starts
+over instead; an explicit ``--ckpt_path`` always wins. A folder whose last fit finished, or
+holds a fit of another config, starts a fresh fit.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from recsys.data.raw import DataError
 from recsys.data.schema import SchemaError
-from recsys.tracking import MlflowTracking
+from recsys.io import atomic_write_json
+from recsys.tracking import MlflowTracking, end_status, process_alive, process_identity
 from recsys.train.datamodule import CTRDataModule
 from recsys.train.module import RankingTask
 
-__all__ = ["SalienceCLI", "TrackedCLI", "run_cli"]
+__all__ = ["FitState", "SalienceCLI", "TrackedCLI", "run_cli"]
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +49,103 @@ TRAINER_DEFAULTS: dict[str, Any] = {
 }
 
 
+class FitState(Callback):
+    """``<default_root_dir>/fit_state.json``: whether the folder's last fit finished and, while it
+    runs, its process, MLflow run, config fingerprint and last checkpoint (rewritten atomically
+    when the fit starts and as checkpoints are saved, by the global-zero process). Also keeps the
+    torch RNG state in the fit's checkpoints (Lightning's keep none), so a resumed fit draws the
+    dropout masks an uninterrupted one would.
+
+    Args:
+        root: the run folder.
+        config_sha: fingerprint of the fit's config (a rerun resumes only the same config).
+    """
+
+    FILE = "fit_state.json"
+
+    def __init__(self, root: str | Path, config_sha: str) -> None:
+        self.path = Path(root) / self.FILE
+        self.config_sha = config_sha
+        self.state: dict[str, Any] = {}
+
+    def read(self) -> dict[str, Any] | None:
+        """The state left by the folder's previous fit (None if there was none)."""
+        return json.loads(self.path.read_text(encoding="utf-8")) if self.path.is_file() else None
+
+    def resume_checkpoint(self) -> tuple[str, str | None] | None:
+        """``(last checkpoint, MLflow run id)`` of the folder's unfinished fit of this config, or
+        None to start afresh. Raises if that fit's process still runs on this host."""
+        previous = self.read()
+        if not previous or previous.get("status") != "running":
+            return None
+        me = process_identity()
+        if (
+            all(previous.get(k) == me[k] for k in ("host", "pid_ns"))
+            and previous.get("pid") != me["pid"]
+            and process_alive(int(previous["pid"]), previous.get("pid_start", ""))
+        ):
+            raise RuntimeError(
+                f"{self.path.parent} holds a fit that is still running (pid {previous['pid']}): "
+                "wait for it, or choose another --trainer.default_root_dir"
+            )
+        if previous.get("config_sha") != self.config_sha:
+            log.info("%s holds an unfinished fit of another config: starting a fresh fit", self.path.parent)
+            return None
+        last = previous.get("last_checkpoint")
+        if not last or not Path(last).is_file():
+            return None  # it stopped before its first checkpoint
+        return last, previous.get("run_id")
+
+    def _write(self, trainer: pl.Trainer, **state: Any) -> None:
+        if trainer.is_global_zero and state != self.state:
+            atomic_write_json(self.path, state)
+            self.state = state
+
+    def _record(self, trainer: pl.Trainer) -> None:
+        tracking = next((c for c in trainer.callbacks if isinstance(c, MlflowTracking)), None)
+        # the monitor-less callback's file is rewritten every epoch (module.latest_checkpoint);
+        # its path is set before the file is written, so it names this save
+        latest = next((c for c in trainer.checkpoint_callbacks if c.monitor is None), None)
+        path = latest.best_model_path if latest is not None else getattr(trainer.checkpoint_callback, "last_model_path", "")
+        self._write(
+            trainer,
+            status="running",
+            **process_identity(),
+            config_sha=self.config_sha,
+            run_id=tracking.tracker.run_id if tracking is not None and tracking.tracker is not None else None,
+            last_checkpoint=path or None,
+        )
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._record(trainer)
+
+    def on_save_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        self._record(trainer)  # ModelCheckpoint names the last checkpoint before it writes it
+        checkpoint["rng"] = {"torch": torch.get_rng_state()}
+        if torch.cuda.is_initialized():
+            checkpoint["rng"]["cuda"] = torch.cuda.get_rng_state()
+
+    def on_load_checkpoint(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, checkpoint: dict[str, Any]
+    ) -> None:
+        rng = checkpoint.get("rng", {})
+        if "torch" in rng:
+            torch.set_rng_state(rng["torch"])
+        if "cuda" in rng and torch.cuda.is_available():
+            torch.cuda.set_rng_state(rng["cuda"])
+
+    def mark_finished(self, trainer: pl.Trainer) -> None:
+        self._write(trainer, **(self.state | {"status": "finished"}))
+
+
 class TrackedCLI(LightningCLI):
     """LightningCLI whose MLflow run (the ``tracking`` callback) gets the resolved config and
     stays open across ``fit`` -> test -> export; :meth:`after_fit` runs those and finishes it
     (subclasses say whether they can test and export, and how to export)."""
+
+    fit_state: FitState  # the run folder's, set by :meth:`fit`
 
     @property
     def subcommand_config(self) -> Any:
@@ -48,19 +156,37 @@ class TrackedCLI(LightningCLI):
     def tracking(self) -> MlflowTracking | None:
         return next((c for c in self.trainer.callbacks if isinstance(c, MlflowTracking)), None)
 
-    def _attach_config(self) -> None:
-        tracking = self.tracking
-        if tracking is None:
-            return
+    def _resolved_config(self) -> dict[str, Any]:
         import yaml
 
-        text = self._parser(self.subcommand).dump(self.subcommand_config, skip_none=False)
-        tracking.config = yaml.safe_load(text)
+        return yaml.safe_load(self._parser(self.subcommand).dump(self.subcommand_config, skip_none=False))
+
+    def _attach_config(self) -> None:
+        if self.tracking is not None:
+            self.tracking.config = self._resolved_config()
 
     def before_fit(self) -> None:
         self._attach_config()
         if self.tracking is not None:
             self.tracking.keep_open = True
+
+    def fit(self, model: pl.LightningModule, ckpt_path: str | None = None, **kwargs: Any) -> None:
+        """``trainer.fit`` that keeps the run folder's :class:`FitState` and, unless ``--ckpt_path``
+        is given or ``--resume`` is false (or missing: a subclass opts in by adding it), resumes
+        the folder's unfinished fit of this config."""
+        config = {k: v for k, v in self._resolved_config().items() if k not in ("ckpt_path", "resume")}
+        sha = hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        self.fit_state = FitState(self.trainer.default_root_dir, sha)
+        auto = ckpt_path is None and self.subcommand_config.get("resume")
+        resume = self.fit_state.resume_checkpoint() if auto else None
+        if resume is not None:
+            ckpt_path, previous_run = resume
+            log.info("resuming from %s (the previous fit in this folder did not finish)", ckpt_path)
+            if self.tracking is not None:
+                self.tracking.resumed_from = previous_run
+        self.trainer.callbacks.append(self.fit_state)
+        kwargs.pop("weights_only", None)  # checkpoints hold tensors and plain containers: never unpickle code
+        self.trainer.fit(model, ckpt_path=ckpt_path, weights_only=True, **kwargs)
 
     def before_validate(self) -> None:
         self._attach_config()
@@ -93,18 +219,22 @@ class TrackedCLI(LightningCLI):
         tracking = self.tracking
         try:
             if self.trainer.interrupted:
+                if tracking is not None:
+                    tracking.finish("KILLED")
                 return
             ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
             if cfg["test"] and self.can_test():
-                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"])
+                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"],
+                                  weights_only=True)
             if cfg["export"] and self.can_export():
                 self._export(cfg["export_dir"], tracking)
-        except BaseException:
+        except BaseException as e:
             if tracking is not None:
-                tracking.finish("FAILED")
+                tracking.finish(end_status(e))
             raise
         if tracking is not None:
             tracking.finish()
+        self.fit_state.mark_finished(self.trainer)
 
 
 def launcher_trainer_defaults() -> dict[str, Any]:
@@ -120,8 +250,6 @@ def launcher_trainer_defaults() -> dict[str, Any]:
 
 def check_accelerator(config: Any) -> None:
     """A CUDA config on a machine without CUDA: an error naming the key, not a stack trace."""
-    import torch
-
     trainer = config.get("trainer", {}) if hasattr(config, "get") else {}
     accelerator = str(trainer.get("accelerator", "auto") or "auto")
     if accelerator in ("cuda", "gpu") and not torch.cuda.is_available():
@@ -151,6 +279,9 @@ class SalienceCLI(TrackedCLI):
         parser.link_arguments("data", "model.schema", compute_fn=lambda dm: dm.schema_dict, apply_on="instantiate")
         parser.add_lightning_class_args(MlflowTracking, "tracking")
         self.add_after_fit_arguments(parser, export_help="export the best model to TorchScript")
+        parser.add_argument(
+            "--resume", type=bool, default=True, help="fit: resume an unfinished fit of this run folder and config"
+        )
         parser.add_argument(
             "--predictions", type=str | None, default=None, help="CSV written by `predict` (default: <default_root_dir>/predictions.csv)"
         )
@@ -183,7 +314,6 @@ class SalienceCLI(TrackedCLI):
         """Write the test-split scores (with labels) to a CSV."""
         import numpy as np
         import pandas as pd
-        import torch
 
         from recsys.io import atomic_write_text
 

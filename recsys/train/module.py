@@ -27,7 +27,7 @@ from recsys.train.distributed import (
     unwrap,
 )
 
-__all__ = ["ARCHITECTURES", "RankingTask", "build_model", "build_seam"]
+__all__ = ["ARCHITECTURES", "RankingTask", "build_model", "build_seam", "latest_checkpoint"]
 
 # Lightning asks for sync_dist on epoch-level metrics of a distributed run; the evaluation
 # metrics below are computed over every process already (syncing them again would average
@@ -38,6 +38,13 @@ warnings.filterwarnings("ignore", message=r".*self\.log\('(val|test)_(auc|loglos
 ARCHITECTURES: dict[str, type[RankingModel]] = {"dlrm": DLRM, "dcnv2": DCNv2, "deepfm": DeepFM}
 
 Arch = Literal["dlrm", "dcnv2", "deepfm"]
+
+
+def latest_checkpoint() -> ModelCheckpoint:
+    """``latest.ckpt``, rewritten after every epoch: what a crashed fit resumes from. (The best
+    callback's ``last.ckpt`` is written only in epochs that also save a new best checkpoint.)
+    Listed after the best callback, so ``trainer.checkpoint_callback`` stays the best one."""
+    return ModelCheckpoint(filename="latest", enable_version_counter=False)
 
 
 def build_model(
@@ -296,7 +303,8 @@ class RankingTask(pl.LightningModule):
 
     def configure_callbacks(self) -> list[Callback]:
         callbacks: list[Callback] = [
-            ModelCheckpoint(monitor="val_auc", mode="max", save_last=True, filename="best-{epoch}-{val_auc:.4f}")
+            ModelCheckpoint(monitor="val_auc", mode="max", save_last=True, filename="best-{epoch}-{val_auc:.4f}"),
+            latest_checkpoint(),
         ]
         if self.hparams.early_stopping_patience > 0:
             callbacks.append(EarlyStopping(monitor="val_auc", mode="max", patience=self.hparams.early_stopping_patience))

@@ -48,6 +48,8 @@ class FitResult:
         seconds: wall time of the fit (including the test pass).
         run_id: MLflow run id (None with tracking off).
         root_dir: the run folder (checkpoints).
+        export: ``output_dir`` and fresh-process ``parity_max_abs_diff`` of the export (None
+            when the fit did not export).
     """
 
     task: RankingTask
@@ -56,6 +58,7 @@ class FitResult:
     seconds: float = 0.0
     run_id: str | None = None
     root_dir: str = ""
+    export: dict[str, Any] | None = None
 
 
 class Recipe:
@@ -208,6 +211,7 @@ class Recipe:
             seconds=seconds,
             run_id=tracker.run_id if tracker is not None else None,
             root_dir=str(root),
+            export=getattr(cli, "export_report", None),
         )
 
 

@@ -80,3 +80,14 @@ def test_tuning_stage(tmp_cwd: Path) -> None:
     assert all(math.isfinite(v) and v >= 0.0 for v in s["race"]["regret"].values())
     text = "\n".join(_tuning_lines(s))
     assert "GIF schedule" in text and "best_config.yaml" in text and "GIF vs TPE" in text
+
+
+def test_demo_runs_the_pipeline_on_the_synthetic_config(monkeypatch) -> None:
+    import experiments.pipeline.cli as pipeline_cli
+    from experiments.demo import PIPELINE_CONFIG, main
+
+    calls = []
+    monkeypatch.setattr(pipeline_cli, "pipeline_main", lambda argv: calls.append(list(argv)) or 0)
+    assert main(["--restart"]) == 0
+    assert calls == [["--config", str(PIPELINE_CONFIG), "--restart"]]
+    assert PIPELINE_CONFIG.is_file() and "synthetic_dcnv2.yaml" in PIPELINE_CONFIG.read_text()

@@ -8,9 +8,11 @@ positions are found with numpy, and the field count of every line comes from a
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
+import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -52,11 +54,22 @@ def read_bytes(path: Path, max_lines: int | None = None) -> bytes:
 
     Returns:
         The raw bytes.
+
+    Raises:
+        DataError: a truncated or damaged gzip file.
     """
     with open(path, "rb") as fh:
         gz = fh.read(2) == _GZIP_MAGIC
-    opener = gzip.open if gz else open
-    with opener(path, "rb") as fh:
+    if not gz:
+        return _read(open(path, "rb"), max_lines)
+    try:
+        return _read(gzip.open(path, "rb"), max_lines)
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
+        raise DataError(f"{path}: not a readable gzip file ({e})") from e
+
+
+def _read(fh: io.BufferedIOBase, max_lines: int | None) -> bytes:
+    with fh:
         if max_lines is None:
             return fh.read()
         if max_lines <= 0:
@@ -123,6 +136,56 @@ def _default_message(sep: str) -> Callable[[int, int], str]:
     return message
 
 
+#: field counts that mark a line (record) bad for a reason other than its number of fields
+_STRAY_CR, _BAD_TEXT, _BAD_QUOTE, _UNCLOSED = -1, -2, -3, -4
+#: bytes decoded at a time when checking the text encoding
+_DECODE_BLOCK = 1 << 24
+
+
+def _line_of(ends: np.ndarray, pos: np.ndarray | int) -> np.ndarray:
+    """0-based physical line index of byte offsets ``pos``."""
+    return np.searchsorted(ends, pos, side="left")
+
+
+def _stray_cr_lines(arr: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """0-based indices of the lines holding a carriage return that does not end the line.
+
+    A lone ``\\r`` is a line break to pyarrow (and to old Mac files) but not to the line scan,
+    so such a line would be split differently by the two; a ``\\r`` right before ``\\n`` or at
+    the end of the file is an ordinary line ending.
+    """
+    cr = np.flatnonzero(arr[:-1] == 13) if arr.size else np.zeros(0, np.int64)
+    cr = cr[arr[cr + 1] != 10]
+    return np.unique(_line_of(ends, cr))
+
+
+def _bad_text_lines(data: bytes, arr: np.ndarray, ends: np.ndarray, encoding: str) -> np.ndarray:
+    """0-based indices of the lines that are not valid ``encoding`` text.
+
+    Pure-ASCII content and single-byte encodings (where every byte decodes) are not checked;
+    otherwise the text is decoded in blocks that end at a line end (bounded memory), and after
+    each error the check resumes on the next line.
+    """
+    if codecs.lookup(encoding).name in ("latin-1", "iso8859-1") or not (arr >= 0x80).any():
+        return np.zeros(0, np.int64)
+    bad: list[int] = []
+    view = memoryview(data)
+    pos, n = 0, len(data)
+    while pos < n:
+        stop = min(pos + _DECODE_BLOCK, n)
+        if stop < n:  # end the block at a line end (no multi-byte character straddles it)
+            cut = data.rfind(b"\n", pos, stop)
+            stop = cut + 1 if cut >= pos else (data.find(b"\n", stop) + 1 or n)
+        try:
+            str(view[pos:stop], encoding)
+            pos = stop
+        except UnicodeDecodeError as e:
+            line = int(_line_of(ends, pos + e.start))
+            bad.append(line)
+            pos = int(ends[line]) + 1
+    return np.asarray(bad, dtype=np.int64)
+
+
 def scan_lines(
     data: bytes,
     *,
@@ -138,9 +201,14 @@ def scan_lines(
 ) -> Lines:
     """Check the field count of every line; raise on the first bad one or drop and count them.
 
-    Blank lines count as bad rows. Without ``quoted`` a field count is the number of ``sep``
-    bytes plus one (no per-line Python); with ``quoted`` (CSV with ``"``-quoted fields that may
-    hold separators or newlines) records are counted with :mod:`csv`, one Python step a record.
+    Bad rows are: a wrong field count, a blank line, a line that is not valid ``encoding`` text,
+    and a line with a stray carriage return (a ``\\r`` not followed by ``\\n``, outside quotes).
+    Without ``quoted`` a field count is the number of ``sep`` bytes plus one (no per-line
+    Python); with ``quoted`` (CSV with ``"``-quoted fields that may hold separators or newlines)
+    records are counted with :mod:`csv` in strict mode, one Python step a record, and malformed
+    quoting (text after a closing quote, a quote left open at the end of the file) is bad too.
+    A bad quoted record that spans several lines (typically a stray ``"`` that opens a field
+    running on) drops, and counts, every one of its lines.
 
     Args:
         data: file content.
@@ -158,20 +226,26 @@ def scan_lines(
         The clean content and the line number of every remaining data record.
 
     Raises:
-        DataError: empty file, missing header, or (without ``skip_bad_rows``) a bad row; the
-            message names ``source`` and the line.
+        ValueError: ``sep`` is not one ASCII character other than ``"``, ``\\r`` and ``\\n``.
+        DataError: empty file, missing or bad header, a runaway quoted field, or (without
+            ``skip_bad_rows``) a bad row; the message names ``source`` and the line.
     """
-    if len(sep) != 1:
-        raise ValueError(f"sep must be one character, got {sep!r}")
+    if len(sep) != 1 or not sep.isascii() or sep in '"\r\n':
+        raise ValueError(f"sep must be one ASCII character other than '\"', '\\r' and '\\n', got {sep!r}")
     message = message or _default_message(sep)
     if not data or data.isspace():
         raise DataError(f"{source}: the file is empty")
     arr = np.frombuffer(data, dtype=np.uint8)
     starts, ends = _line_bounds(arr)
+    bad_text = _bad_text_lines(data, arr, ends, encoding)
     header_fields: list[str] | None = None
 
     if quoted:
-        rec_start, rec_end, counts = _quoted_records(data.decode(encoding), sep)
+        text = data.decode(encoding, errors="replace") if bad_text.size else data.decode(encoding)
+        rec_start, rec_end, counts = _quoted_records(text, sep, source)
+        # a record holding an undecodable line is bad as a whole
+        hit = np.searchsorted(rec_start, bad_text + 1, side="right") - 1
+        counts[hit[(hit >= 0) & (rec_end[np.maximum(hit, 0)] >= bad_text + 1)]] = _BAD_TEXT
     else:
         sep_pos = np.flatnonzero(arr == ord(sep))
         before = np.searchsorted(sep_pos, ends)
@@ -181,10 +255,25 @@ def scan_lines(
         content = ends - starts
         has_cr = (content > 0) & (arr[np.maximum(ends - 1, 0)] == 13)
         counts = np.where(content - has_cr == 0, 0, counts)
+        counts[_stray_cr_lines(arr, ends)] = _STRAY_CR
+        counts[bad_text] = _BAD_TEXT
+
+    def explain(i: int) -> str:
+        found = int(counts[i])
+        what = {
+            0: "empty line", _STRAY_CR: "stray carriage return (\\r) inside the line",
+            _BAD_TEXT: f"not valid {encoding} text", _BAD_QUOTE: "text after a closing quote (malformed quoting)",
+            _UNCLOSED: "a quoted field is not closed before the end of the file",
+        }.get(found) or message(expected or 0, found)
+        if rec_end[i] > rec_start[i]:
+            what += f" (a quoted field runs from line {rec_start[i]} to line {rec_end[i]}: a stray '\"'?)"
+        return what
 
     if header:
         if rec_start.size == 0 or counts[0] == 0:
             raise DataError(f"{source}:1: expected a header row, found an empty line")
+        if counts[0] < 0:
+            raise DataError(f"{source}:1: bad header row: {explain(0)}")
         first = data[starts[0] : ends[rec_end[0] - 1]].decode(encoding).rstrip("\r")
         header_fields = next(csv.reader([first], delimiter=sep)) if quoted else first.split(sep)
         if expected is None:
@@ -198,17 +287,16 @@ def scan_lines(
         bad_idx = np.flatnonzero(bad)
         if not skip_bad_rows:
             i = bad_idx[0]
-            what = "empty line" if counts[i] == 0 else message(expected, int(counts[i]))
             raise DataError(
-                f"{source}:{rec_start[i]}: {what} ({bad_idx.size} bad row(s) in all; "
+                f"{source}:{rec_start[i]}: {explain(i)} ({bad_idx.size} bad row(s) in all; "
                 "skip_bad_rows=True drops them)"
             )
-        report.skip(rec_start[bad_idx])
+        # every physical line of a bad record is dropped and counted
+        span = rec_end[bad_idx] - rec_start[bad_idx] + 1
+        dropped = np.repeat(rec_start[bad_idx] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
+        report.skip(dropped)
         keep = np.ones(ends.size, dtype=bool)
-        keep[rec_start[bad_idx] - 1] = False
-        if quoted:  # a quoted record may span several lines
-            for s, e in zip(rec_start[bad_idx], rec_end[bad_idx]):
-                keep[s - 1 : e] = False
+        keep[dropped - 1] = False
         data = drop_lines(data, keep, starts, ends)
     lines = rec_start[~bad]
     if lines.size == 0:
@@ -217,15 +305,31 @@ def scan_lines(
     return Lines(data=data, lines=lines.astype(np.int64), header=header_fields)
 
 
-def _quoted_records(text: str, sep: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(first line, last line, field count) of every CSV record, quotes honoured."""
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=sep)
+def _quoted_records(text: str, sep: str, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(first line, last line, field count) of every CSV record, quotes honoured.
+
+    Lines are split at ``\\n`` only, as in the line scan. A record :mod:`csv` (strict) rejects
+    gets a negative count: ``_STRAY_CR`` (a ``\\r`` outside quotes), ``_UNCLOSED`` (a quote open
+    at the end of the file) or ``_BAD_QUOTE`` (text after a closing quote). A quoted field that
+    grows past :mod:`csv`'s field size limit (a stray quote running on) is a :class:`DataError`.
+    """
+    reader = csv.reader(io.StringIO(text, newline="\n"), delimiter=sep, strict=True)
     first, last, counts = [], [], []
     prev = 0
-    for row in reader:
+    while True:
+        try:
+            row = next(reader)
+            count = len(row)
+        except StopIteration:
+            break
+        except csv.Error as e:
+            why = str(e)
+            if "field larger than field limit" in why:
+                raise DataError(f"{source}:{prev + 1}: {why} (a stray '\"' opening a field that runs on?)") from e
+            count = _STRAY_CR if "new-line character" in why else _UNCLOSED if "end of data" in why else _BAD_QUOTE
         first.append(prev + 1)
         last.append(reader.line_num)
-        counts.append(len(row))
+        counts.append(count)
         prev = reader.line_num
     as_arr = lambda v: np.asarray(v, dtype=np.int64)  # noqa: E731
     return as_arr(first), as_arr(last), as_arr(counts)
@@ -322,6 +426,8 @@ def parse_numbers(cells: pd.Series, integer: bool = False) -> tuple[np.ndarray, 
         if not pa.types.is_string(arr.type) and not pa.types.is_large_string(arr.type):
             raise pa.ArrowInvalid("not a string column")
         arr = pc.if_else(pc.equal(arr, ""), pa.scalar(None, arr.type), arr)
+        if integer and pc.any(pc.match_substring_regex(arr, "^0[xX]")).as_py():
+            raise pa.ArrowInvalid("hexadecimal")  # pyarrow's int cast takes "0x10"; the fallback does not
         parsed = pc.cast(arr, pa.int64()) if integer else pc.cast(arr, pa.float64())
         x = pc.cast(parsed, pa.float64()).to_numpy(zero_copy_only=False)
         return np.asarray(x, dtype=np.float64), np.zeros(len(x), dtype=bool)

@@ -143,7 +143,7 @@ class MovieLensReader(Reader):
                 "genres": items["genres"].to_numpy()[ipos],
                 "release_year": items["release_year"].to_numpy()[ipos],
                 "hour": int_strings(when.hour.to_numpy(), ratings.index),
-                "weekday": _WEEKDAYS[when.dayofweek.to_numpy()],
+                "weekday": _WEEKDAYS[when.day_of_week.to_numpy()],
                 "timestamp": ts,
                 "label": (ratings["rating"].to_numpy() >= self.click_threshold).astype(np.int8),
             },
@@ -159,7 +159,9 @@ class MovieLensReader(Reader):
 def _read_table(path: Path, sep: str, names: list[str], report: ReadReport, encoding: str = "utf-8") -> pd.DataFrame:
     """A headerless ``sep``-separated file as strings, indexed by line; bad field count -> DataError."""
     source = str(path)
-    scanned = scan_lines(read_bytes(path), source=source, sep=sep, expected=len(names), report=report)
+    scanned = scan_lines(
+        read_bytes(path), source=source, sep=sep, expected=len(names), report=report, encoding=encoding
+    )
     frame = parse_table(scanned.data, source=source, sep=sep, names=names, encoding=encoding)
     return check_parsed(frame, scanned.lines, source)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import unicodedata
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,25 @@ from recsys.data.schema import Schema, SchemaError
 __all__ = ["TabularReader"]
 
 _FORMATS = ("csv", "tsv", "parquet")
+#: Arrow types a Parquet dense or label column may have
+_NUMBERS_OR_TEXT = (
+    pa.types.is_integer, pa.types.is_floating, pa.types.is_decimal, pa.types.is_boolean, pa.types.is_string,
+    pa.types.is_large_string, pa.types.is_null,
+)
 
 
 class TabularReader(Reader):
     """Reads a CSV/TSV with a header row, or a Parquet file, as the schema file describes.
 
-    Columns are matched by name (extra columns are ignored). Sparse cells stay strings
-    (missing = ``""``; a multi-categorical cell holds ids joined by the feature's separator,
-    a Parquet list column is joined with it); dense cells become floats (empty, ``nan``,
-    ``NA``, ``null`` -> NaN; ``inf`` passes through for the encoder to fill and count). The
+    Columns are matched by name (extra columns are ignored): exactly, else after trimming
+    whitespace and a byte-order mark and NFC normalisation; a needed column named twice in the
+    header is a ``SchemaError``. Sparse cells stay strings (missing = ``""``; a
+    multi-categorical cell holds ids joined by the feature's separator, a Parquet list column
+    is joined with it); dense cells become floats (empty, ``nan``, ``NA``, ``null`` -> NaN;
+    ``inf`` passes through for the encoder to fill and count). A Parquet sparse column must
+    hold scalars or lists of scalars, a dense or label column numbers, booleans or text. The
     frame index is the 1-based line number in the text file (the header is line 1, so data
-    starts at 2), or the 1-based row number in a Parquet file.
+    starts at 2), or the 1-based row number in a Parquet file. See ``docs/bad-input.md``.
 
     Args:
         path: data file (``.csv``, ``.tsv``, ``.parquet``, optionally ``.gz`` for text);
@@ -100,7 +109,7 @@ class TabularReader(Reader):
         frame = to_float(
             frame, schema.dense_names, source=source, report=report, skip_bad_rows=self.skip_bad_rows, unit=unit
         )
-        frame[schema.label] = check_labels(frame[schema.label], source)
+        frame[schema.label] = check_labels(frame[schema.label], source, unit)
         report.rows_read = len(frame)
         report.notes["format"] = fmt
         return RawData(frame=frame, schema=schema, report=report)
@@ -127,8 +136,11 @@ class TabularReader(Reader):
             skip_bad_rows=self.skip_bad_rows,
         )
         assert scanned.header is not None
-        header = [h.strip().lstrip("\ufeff") for h in scanned.header]
+        header = _match_header(scanned.header, self._needed(schema))
         self._check_columns(schema, header, source)
+        dupes = sorted({c for c in self._needed(schema) if header.count(c) > 1})
+        if dupes:
+            raise SchemaError(f"{source}:1: the header names columns {dupes} more than once; rename them")
         frame = parse_table(
             scanned.data, source=source, sep=sep, names=header, header=True, quoted=quoted,
             include=self._needed(schema),
@@ -149,24 +161,77 @@ class TabularReader(Reader):
             raise DataError(f"{source}: the dataset is empty (no data rows)")
         cols: dict[str, Any] = {}
         for name in self._needed(schema):
-            arr = table[name]
-            if name in schema.sparse_names:
-                cols[name] = _id_strings(arr, schema[name].separator).to_pandas().astype(str)
-            else:
-                cols[name] = arr.to_pandas()
+            arr, sparse = table[name], name in schema.sparse_names
+            try:
+                if sparse:
+                    cols[name] = _id_strings(arr, schema[name].separator).to_pandas().astype(str)
+                else:
+                    cols[name] = _numeric_or_text(arr).to_pandas()
+            except (pa.ArrowNotImplementedError, pa.ArrowTypeError) as e:
+                what = "scalars or lists of scalars" if sparse else "numbers, booleans or text"
+                raise SchemaError(f"{source}: column {name!r} has type {arr.type}; it must hold {what}") from e
+            except pa.ArrowInvalid as e:  # binary that is not UTF-8
+                row = _first_bad_utf8(arr)
+                where = f"{source}: row {row}: column {name!r}" if row else f"{source}: column {name!r}"
+                raise DataError(f"{where}: cannot be read as text ({e})") from e
         frame = pd.DataFrame(cols)
         frame.index = pd.RangeIndex(1, len(frame) + 1, name="row")
         return frame
 
 
+def _match_header(header: list[str], needed: list[str]) -> list[str]:
+    """Header fields as the schema spells them.
+
+    A field matches a needed column exactly or, failing that, after dropping a byte-order mark
+    and surrounding whitespace and NFC-normalising both (``"é"`` typed as ``e`` + a combining
+    accent matches ``"é"``); other fields are kept as they are.
+    """
+    def key(name: str) -> str:
+        return unicodedata.normalize("NFC", name.lstrip("\ufeff").strip())
+
+    wanted = {key(n): n for n in needed}
+    exact = set(needed)
+    return [h if h in exact else wanted.get(key(h), key(h)) for h in header]
+
+
+def _numeric_or_text(arr: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A dense or label column as numbers, booleans or text (binary decoded as UTF-8); any other
+    type (timestamps, lists, structs) raises ``ArrowNotImplementedError``."""
+    t = arr.type
+    if pa.types.is_dictionary(t):
+        arr, t = arr.cast(t.value_type), t.value_type
+    if pa.types.is_binary(t) or pa.types.is_large_binary(t):
+        return arr.cast(pa.string())
+    if not any(is_kind(t) for is_kind in _NUMBERS_OR_TEXT):
+        raise pa.ArrowNotImplementedError(f"unsupported type {t}")
+    return arr
+
+
+def _first_bad_utf8(arr: pa.ChunkedArray) -> int:
+    """1-based row of the first cell (list item included) that is not valid UTF-8 (0 if none)."""
+    for row, cell in enumerate(arr.to_pylist(), start=1):
+        for item in cell if isinstance(cell, list) else [cell]:
+            if isinstance(item, bytes):
+                try:
+                    item.decode("utf-8")
+                except UnicodeDecodeError:
+                    return row
+    return 0
+
+
 def _id_strings(arr: pa.ChunkedArray, separator: str) -> pa.ChunkedArray:
     """An Arrow column as id strings (vectorised): nulls -> "", whole floats without ".0",
-    list cells joined by ``separator``."""
+    list cells joined by ``separator``. A list of lists, a struct or a map raises
+    ``ArrowNotImplementedError``."""
     t = arr.type
     if pa.types.is_dictionary(t):
         arr = arr.cast(t.value_type)
         t = arr.type
+    if pa.types.is_nested(t) and not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        raise pa.ArrowNotImplementedError(f"unsupported type {t}")
     if pa.types.is_list(t) or pa.types.is_large_list(t):
+        if pa.types.is_nested(t.value_type):
+            raise pa.ArrowNotImplementedError(f"unsupported type {t}")
         lists = arr.combine_chunks()
         values = _id_strings(pa.chunked_array([lists.flatten()], t.value_type), separator).combine_chunks()
         offsets = pc.subtract(lists.offsets, lists.offsets[0])

@@ -1,0 +1,186 @@
+"""``salience pipeline``: the config, every stage end to end (tiny synthetic data), resume after a
+stop and after ``kill -9``, and the MLflow layout (one parent, one nested run per stage)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.pipeline import STAGES, Pipeline, PipelineConfig, PipelineConfigError, run_pipeline
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_CONFIG = ROOT / "experiments" / "configs" / "synthetic_dcnv2.yaml"
+
+TINY = {
+    "name": "tiny",
+    "model_config": str(MODEL_CONFIG),
+    "overrides": ["--data.reader.init_args.n_rows=6000", "--data.reader.init_args.cardinality_scale=0.05"],
+    "search_overrides": ["--trainer.max_epochs=1"],
+    "final_overrides": ["--trainer.max_epochs=1"],
+    "selection": {"ks": [4, 8], "random_seeds": [0]},
+    "dims": {"options": {"blocks": [1.0], "warm_start_epochs": 1, "search_epochs": 1}},
+    "tuning": {"n_trials": 3, "max_epochs": 1, "limit_train_batches": 2},
+    "compare": {"latency_repeats": 3},
+}
+
+
+def _config(tmp: Path, **changes: object) -> Path:
+    path = tmp / "pipeline.yaml"
+    path.write_text(yaml.safe_dump({**TINY, "output": str(tmp / "out"), **changes}))
+    return path
+
+
+def _runs(tmp: Path) -> list:
+    from mlflow import MlflowClient
+
+    client = MlflowClient(f"sqlite:///{tmp / 'mlflow.db'}")
+    return [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id], max_results=10_000)]
+
+
+# -- config -------------------------------------------------------------------------------------
+def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
+    path = _config(tmp_path, selection={"tolerence": 0.001})
+    with pytest.raises(PipelineConfigError, match=r"pipeline\.yaml.*selection\.tolerence"):
+        PipelineConfig.load(path)
+    with pytest.raises(PipelineConfigError, match=r"tuning\.n_trials: expected int"):
+        PipelineConfig.load(_config(tmp_path, tuning={"n_trials": "many"}))
+    with pytest.raises(PipelineConfigError, match="model_config: file not found"):
+        PipelineConfig.load(_config(tmp_path, model_config="missing.yaml"))
+    with pytest.raises(PipelineConfigError, match="not a stage"):
+        Pipeline(PipelineConfig.load(_config(tmp_path))).run(stop_after="everything")
+
+
+def test_committed_pipeline_configs_load() -> None:
+    for path in sorted((ROOT / "experiments" / "configs" / "pipeline").glob("*.yaml")):
+        config = PipelineConfig.load(path)
+        assert config.model_config_path.is_file(), path
+        assert config.fingerprint() == PipelineConfig.load(path).fingerprint()
+
+
+def test_fingerprint_follows_settings_and_model_config(tmp_path: Path) -> None:
+    a = PipelineConfig.load(_config(tmp_path))
+    b = PipelineConfig.load(_config(tmp_path, seed=1))
+    assert a.fingerprint() != b.fingerprint()
+    assert a.fingerprint() == PipelineConfig.load(_config(tmp_path, output=str(tmp_path / "elsewhere"))).fingerprint()
+
+
+# -- end to end, stop and resume ---------------------------------------------------------------
+def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
+    path = _config(tmp_cwd)
+    first = run_pipeline(path, stop_after="screening")
+    assert list(first) == ["quality", "screening"]
+    out = tmp_cwd / "out"
+    state = json.loads((out / "pipeline_state.json").read_text())
+    done_at = {s: state["stages"][s]["finished_at"] for s in first}
+    mtimes = {s: (out / s / "result.json").stat().st_mtime_ns for s in first}
+
+    # another config in the same folder is refused, naming the way out
+    with pytest.raises(PipelineConfigError, match="--restart"):
+        run_pipeline(_config(tmp_cwd, seed=3))
+    path = _config(tmp_cwd)
+
+    results = run_pipeline(path)
+    assert list(results) == list(STAGES)
+    state = json.loads((out / "pipeline_state.json").read_text())
+    assert {s: state["stages"][s]["finished_at"] for s in first} == done_at  # not redone
+    assert {s: (out / s / "result.json").stat().st_mtime_ns for s in first} == mtimes
+    assert state["running"] is None
+
+    # what each stage hands on
+    quality, screening, selection = results["quality"], results["screening"], results["selection"]
+    assert set(screening["kept"]) <= set(quality["kept"])
+    assert all("noise" in reason for reason in screening["dropped"].values())
+    assert selection["k"] in (4, 8, len(screening["kept"])) and len(selection["kept"]) == selection["k"]
+    assert results["dims"]["parameters"] <= results["dims"]["budget"]
+    assert set(results["dims"]["dims"]) == set(selection["kept"]) - {"price", "relevance_score", "engagement_score",
+                                                                      "price_cents"}  # sparse ones only
+    tuning = results["tuning"]
+    assert len(tuning["values"]) == 3 and tuning["chosen"] in ("tuned", "incumbent")
+    compare = results["compare"]
+    final, original = compare["final"], compare["original"]
+    assert sorted(final["features"]) == sorted(selection["kept"])
+    assert original["n_features"] == len(quality["kept"]) + len(quality["dropped"])
+    assert final["embedding_parameters"] < original["embedding_parameters"]
+    assert final["dims"] == {k: v for k, v in results["dims"]["dims"].items()}
+    for model in (final, original):
+        assert model["parity_max_abs_diff"] <= 1e-5
+        assert set(model["latency_ms"]) == {"1", "1024"} and all(v["median"] > 0 for v in model["latency_ms"].values())
+        assert (Path(model["export_dir"]) / "model.pt").is_file() and model["export_bytes"] > 0
+    assert compare["delta"]["test_auc"] == pytest.approx(final["test_auc"] - original["test_auc"])
+    report = Path(results["report"]["report"])
+    assert report.is_file() and "data:image/png;base64," in report.read_text()
+
+    # MLflow: one parent, a nested run per stage, every run ended
+    runs = _runs(tmp_cwd)
+    parents = [r for r in runs if r.data.tags.get("salience.role") == "pipeline"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED" and parent.info.run_id == state["parent_run_id"]
+    stages = {r.data.tags["salience.stage"]: r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id}
+    assert set(stages) == set(STAGES)
+    assert all(r.info.status == "FINISHED" for r in runs)
+    assert parent.data.metrics["final.test_auc"] == pytest.approx(final["test_auc"])
+    assert parent.data.tags["salience.report"] == str(report.resolve())
+    # the fits of a stage nest under that stage's run
+    fits = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == stages["selection"].info.run_id]
+    assert {r.info.run_name for r in fits} >= {"leap", "all-features", "leap-top4", "random0-top8"}
+
+    # a finished pipeline re-run does nothing again; --restart starts over under a new parent
+    again = run_pipeline(path, stop_after="quality")
+    assert again["quality"] == results["quality"]
+    assert json.loads((out / "pipeline_state.json").read_text())["parent_run_id"] == parent.info.run_id
+
+
+def test_kill_9_mid_stage_resumes_after_the_last_finished_stage(tmp_path: Path) -> None:
+    """``kill -9`` during the selection stage; the same command again redoes only that stage,
+    under the same parent run, and the killed stage's runs end FAILED instead of RUNNING."""
+    path = _config(tmp_path)
+    out = tmp_path / "out"
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{tmp_path / 'mlflow.db'}"}
+    command = [sys.executable, "-m", "experiments.cli", "pipeline", "--config", str(path), "--stop-after", "dims"]
+    proc = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    state_path = out / "pipeline_state.json"
+    deadline = time.time() + 180
+    try:
+        while time.time() < deadline:
+            state = json.loads(state_path.read_text()) if state_path.is_file() else {}
+            running = state.get("running") or {}
+            if running.get("stage") == "selection" and list((out / "selection" / "fits").glob("*/checkpoints/*.ckpt")):
+                break  # a fit of the stage is under way
+            assert proc.poll() is None, proc.stderr.read().decode()[-3000:]
+            time.sleep(0.2)
+        else:
+            pytest.fail("the pipeline never reached the selection stage")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    killed = json.loads(state_path.read_text())
+    assert set(killed["stages"]) == {"quality", "screening"} and killed["running"]["stage"] == "selection"
+    assert any(r.info.status == "RUNNING" for r in _runs(tmp_path))  # what kill -9 leaves behind
+
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "quality done before" in done.stderr and "screening done before" in done.stderr
+    state = json.loads(state_path.read_text())
+    assert list(state["stages"]) == ["quality", "screening", "selection", "dims"]
+    assert {s: state["stages"][s]["finished_at"] for s in ("quality", "screening")} == {
+        s: killed["stages"][s]["finished_at"] for s in ("quality", "screening")}
+    assert state["parent_run_id"] == killed["parent_run_id"]
+    runs = {r.info.run_id: r for r in _runs(tmp_path)}
+    assert not [r.info.run_name for r in runs.values() if r.info.status == "RUNNING"]
+    stale = runs[killed["running"]["run_id"]]
+    assert stale.info.status == "FAILED" and "stopped" in stale.data.tags["salience.failure"]
+    assert runs[state["stages"]["selection"]["run_id"]].info.status == "FINISHED"
+    parent = runs[state["parent_run_id"]]
+    assert parent.info.status == "FINISHED" and parent.data.tags["salience.pipeline_status"] == "stopped after dims"
