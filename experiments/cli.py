@@ -9,7 +9,7 @@
     salience pipeline --config experiments/configs/pipeline/frappe.yaml
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
-    salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu [ARGS]
+    salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu|pipeline [ARGS]
     salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
     salience gen fit|test --config experiments/configs/gen_beauty.yaml
@@ -110,7 +110,9 @@ def _tune(argv: Sequence[str]) -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument("name", choices=["throughput", "quality", "selection", "dims", "generative", "hpo", "sharding", "gpu"])
+    parser.add_argument(
+        "name", choices=["throughput", "quality", "selection", "dims", "generative", "hpo", "sharding", "gpu", "pipeline"]
+    )
     args, rest = parser.parse_known_args(argv)
     if args.name == "throughput":
         from experiments.benchmarks.train_throughput import main as bench_main
@@ -126,6 +128,8 @@ def _bench(argv: Sequence[str]) -> int:
         from experiments.benchmarks.sharding import main as bench_main
     elif args.name == "gpu":
         from experiments.benchmarks.gpu_suite import main as bench_main
+    elif args.name == "pipeline":
+        from experiments.benchmarks.pipeline import main as bench_main
     else:
         from experiments.benchmarks.hpo import main as bench_main
     return int(bench_main(rest) or 0)
@@ -142,7 +146,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
     "pipeline": (_pipeline, "quality -> OutRank -> LeAP -> DNIS -> GIF -> final fit -> export, vs the original; resumable"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo, sharding, gpu)"),
+    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo, sharding, gpu, pipeline)"),
 }
 
 
