@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any
 from embeddings.plan import DimensionPlan
 from recsys.argv import parse_options, split_passthrough
 from recsys.data.schema import Schema
-from recsys.io import atomic_write_text
+from recsys.io import atomic_savefig, atomic_write_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -387,7 +387,7 @@ def dims_main(argv: Sequence[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
         plan.save(out / "plan.json")
         fig = plan.plot(schema)
-        fig.savefig(out / "dims.png", dpi=120)
+        atomic_savefig(fig, out / "dims.png", dpi=120)
         import matplotlib.pyplot as plt
 
         plt.close(fig)
@@ -421,7 +421,7 @@ def dims_main(argv: Sequence[str]) -> int:
         comparison = DimsComparison(args.method, recipe.dataset_name, plan, budget, points)
         comparison.save(out / "summary.json")
         fig = comparison.plot()
-        fig.savefig(out / "comparison.png", dpi=120)
+        atomic_savefig(fig, out / "comparison.png", dpi=120)
         plt.close(fig)
         import yaml
 

@@ -111,7 +111,7 @@ def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs
     import yaml
 
     from recsys.data.synthetic import GroundTruth
-    from recsys.io import atomic_write_text
+    from recsys.io import atomic_savefig, atomic_write_text
     from recsys.tracking import RunTracker
     from selection import LeAP, OutRank, selection_curve
 
@@ -130,7 +130,7 @@ def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs
             recipe, reports["leap"], SELECTION_KS, random_seeds=[0], tolerance=SELECTION_TOLERANCE, tracker=parent
         )
         curve.save(out / "curve.json")
-        curve.plot().savefig(out / "curve.png", dpi=110)
+        atomic_savefig(curve.plot(), out / "curve.png", dpi=110)
         k_star = curve.smallest_k or max(SELECTION_KS)
         reduced = reports["leap"].reduced_config(recipe.config, k_star)
         atomic_write_text(out / "reduced_config.yaml", yaml.safe_dump(reduced, sort_keys=False))

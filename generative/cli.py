@@ -169,8 +169,10 @@ def sid_main(argv: Sequence[str]) -> int:
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True)
     path = book.save(out / "codebook.json")
+    from recsys.io import atomic_savefig
+
     fig = book.plot()
-    fig.savefig(out / "codebook.png", dpi=110, bbox_inches="tight")
+    atomic_savefig(fig, out / "codebook.png", dpi=110, bbox_inches="tight")
     print(book.summary())
     print(f"wrote {path}")
     if not args.no_tracking:

@@ -12,7 +12,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_dir", "read_marked_json", "atomic_path", "atomic_write_bytes", "atomic_write_json", "atomic_write_text"]
+__all__ = [
+    "atomic_dir",
+    "atomic_path",
+    "atomic_savefig",
+    "atomic_write_bytes",
+    "atomic_write_json",
+    "atomic_write_text",
+    "read_marked_json",
+]
 
 
 @contextmanager
@@ -56,6 +64,15 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_savefig(figure: Any, path: str | Path, **kwargs: Any) -> Path:
+    """``figure.savefig(path, **kwargs)`` through a temporary file (format from ``path``'s suffix)."""
+    path = Path(path)
+    kwargs.setdefault("format", path.suffix.lstrip(".") or "png")
+    with atomic_path(path) as tmp:
+        figure.savefig(tmp, **kwargs)
+    return path
 
 
 def atomic_write_json(path: str | Path, obj: Any, default: Callable[[Any], Any] | None = None) -> None:

@@ -110,8 +110,10 @@ def select_main(argv: Sequence[str]) -> int:
         curve = selection_curve(recipe, report, ks, random_seeds=range(args.random_seeds), tolerance=args.tolerance,
                                 cache=FitCache(), tracker=tracker)
         curve.save(out / "curve.json")
+        from recsys.io import atomic_savefig
+
         fig = curve.plot()
-        fig.savefig(out / "curve.png", dpi=120)
+        atomic_savefig(fig, out / "curve.png", dpi=120)
         k_star = curve.smallest_k or max(ks)
         import yaml
 

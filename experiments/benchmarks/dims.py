@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from experiments.benchmarks._common import isolated_workdir, result_header
+from recsys.io import atomic_savefig, atomic_write_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -247,7 +248,7 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     for ax in axes.ravel()[n:]:
         ax.axis("off")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -365,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         plot(runs, args.output_dir / f"{name}.png")
     result["seconds"] = round(time.perf_counter() - start, 1)
-    from recsys.io import atomic_write_json, atomic_write_text
+    from recsys.io import atomic_write_json
 
     atomic_write_json(args.output_dir / f"{name}.json", result)
     md = to_markdown(result).replace("(dims.png)", f"({name}.png)")

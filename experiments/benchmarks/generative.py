@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from experiments.benchmarks._common import isolated_workdir, result_header
+from recsys.io import atomic_write_text
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 EPOCHS = 2
@@ -322,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.render is not None:
         result = json.loads(args.render.read_text())
-        args.render.with_suffix(".md").write_text(to_markdown(result))
+        atomic_write_text(args.render.with_suffix(".md"), to_markdown(result))
         print(f"wrote {args.render.with_suffix('.md')}")
         return 0
     logging.getLogger("lightning.pytorch").setLevel(logging.WARNING)
@@ -346,8 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output_dir
     out.mkdir(parents=True, exist_ok=True)
     stem = "generative_quick" if args.quick else "generative"
-    (out / f"{stem}.json").write_text(json.dumps(_strict(result), indent=2, allow_nan=False) + "\n")
-    (out / f"{stem}.md").write_text(to_markdown(result))
+    atomic_write_text(out / f"{stem}.json", json.dumps(_strict(result), indent=2, allow_nan=False) + "\n")
+    atomic_write_text(out / f"{stem}.md", to_markdown(result))
     print(to_markdown(result))
     print(f"wrote {out / f'{stem}.json'} and {out / f'{stem}.md'}")
     return 0

@@ -82,6 +82,7 @@ from experiments.benchmarks.train_throughput import BenchConfig as _BatchConfig
 from recsys.data.encoders import Preprocessor
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 from recsys.devices import DeviceError, describe_device, fbgemm_skip_reason, resolve_device
+from recsys.io import atomic_write_text
 
 __all__ = ["SuiteConfig", "main", "run", "to_markdown"]
 
@@ -850,8 +851,8 @@ def run(
     end = _seconds_since_process_start()
     result["process_seconds"] = None if end is None else round(end, 1)  # start-up included
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / f"{NAME}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (output_dir / f"{NAME}.md").write_text(to_markdown(result))
+    atomic_write_text(output_dir / f"{NAME}.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(output_dir / f"{NAME}.md", to_markdown(result))
     total = (
         "" if result["process_seconds"] is None else f", {result['process_seconds']:.1f} s since the process started"
     )

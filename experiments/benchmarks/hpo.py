@@ -61,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from experiments.hpo.problems import ANALYTIC, BAYESMARK, analytic, bayesmark_tasks
+from recsys.io import atomic_savefig, atomic_write_text
 
 __all__ = ["main", "run_analytic", "run_bayesmark", "run_frappe", "to_markdown", "worker_pool"]
 
@@ -506,7 +507,7 @@ def plot(analytic_part: dict[str, Any], path: Path) -> None:
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=len(labels), fontsize=8, frameon=False)
     fig.tight_layout(rect=(0, 0, 1, 0.97))
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -681,7 +682,7 @@ def main(argv: list[str] | None = None) -> int:
 
         result = json.loads(args.render.read_text())
         stem = args.render.stem
-        args.render.with_suffix(".md").write_text(to_markdown(result, png=f"{stem}.png"))
+        atomic_write_text(args.render.with_suffix(".md"), to_markdown(result, png=f"{stem}.png"))
         if result.get("analytic"):
             plot(result["analytic"], args.render.with_suffix(".png"))
         print(f"wrote {args.render.with_suffix('.md')}")

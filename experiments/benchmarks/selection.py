@@ -32,8 +32,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 from experiments.benchmarks._common import isolated_workdir, result_header
+from recsys.io import atomic_savefig, atomic_write_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -206,7 +206,7 @@ def plot_curves(dataset: str, curves: dict[str, Any], path: Path) -> None:
     ax.set_title(f"Selection curves on {dataset} (DCNv2)", fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    atomic_savefig(fig, path, dpi=110)
     plt.close(fig)
 
 
@@ -361,7 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         if "cost" in parts:
             result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
     result["seconds"] = round(time.perf_counter() - start, 1)
-    from recsys.io import atomic_write_json, atomic_write_text
+    from recsys.io import atomic_write_json
 
     atomic_write_json(args.output_dir / f"{name}.json", result)
     md = to_markdown(result).replace("(selection_", f"({name}_")

@@ -91,6 +91,8 @@ from typing import Any
 
 import torch
 
+from recsys.io import atomic_write_text
+
 __all__ = ["ARMS", "ShardingBenchConfig", "main", "run"]
 
 log = logging.getLogger(__name__)
@@ -376,7 +378,7 @@ def _worker(rank: int, arm: str, world: int, port: int, cfg_json: str, out_dir: 
         dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
         result = train_arm(arm, rank, world, cfg)
-        (Path(out_dir) / f"{arm}_rank{rank}.json").write_text(json.dumps(result))
+        atomic_write_text(Path(out_dir) / f"{arm}_rank{rank}.json", json.dumps(result))
     except BaseException:
         if world > 1:
             dist.destroy_process_group()
@@ -667,8 +669,8 @@ def run(cfg: ShardingBenchConfig, output_dir: Path, argv: Sequence[str], quick: 
     result["wall_seconds"] = time.perf_counter() - t0
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / f"{NAME}.json").write_text(json.dumps(result, indent=2) + "\n")
-    (output_dir / f"{NAME}.md").write_text(to_markdown(result))
+    atomic_write_text(output_dir / f"{NAME}.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(output_dir / f"{NAME}.md", to_markdown(result))
     return result
 
 

@@ -52,6 +52,8 @@ import torch.nn.functional as F
 from torchrec.datasets.utils import Batch
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from recsys.io import atomic_write_text
+
 __all__ = ["BenchConfig", "main", "run"]
 
 log = logging.getLogger(__name__)
@@ -524,8 +526,8 @@ def run(cfg: BenchConfig, output_dir: Path, command: str) -> dict[str, Any]:
     result["wall_seconds"] = time.perf_counter() - t0
 
     output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "train_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    (output_dir / "train_throughput.md").write_text(to_markdown(result))
+    atomic_write_text(output_dir / "train_throughput.json", json.dumps(result, indent=2) + "\n")
+    atomic_write_text(output_dir / "train_throughput.md", to_markdown(result))
     return result
 
 

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from experiments.pipeline.config import PipelineConfig
-from recsys.io import atomic_write_text
+from recsys.io import atomic_savefig, atomic_write_text
 
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
     from recsys.tracking import RunTracker
-    from recsys.train.recipe import FitResult, Recipe
+    from recsys.train.recipe import Recipe
 
 __all__ = ["STAGES", "StageContext", "StageError", "exported_latency", "export_bytes"]
 
@@ -84,8 +84,7 @@ class StageContext:
         """Save ``figure`` as ``<folder>/<name>`` and log it to the stage's run."""
         import matplotlib.pyplot as plt
 
-        path = self.folder / name
-        figure.savefig(path, dpi=110)
+        path = atomic_savefig(figure, self.folder / name, dpi=110)
         plt.close(figure)
         self.tracker.log_artifact(path, self.name)
         return path

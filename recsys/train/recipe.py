@@ -84,9 +84,11 @@ class Recipe:
         if isinstance(config, Mapping):
             import yaml
 
+            from recsys.io import atomic_write_text
+
             self.workdir.mkdir(parents=True, exist_ok=True)
             path = self.workdir / "recipe_config.yaml"
-            path.write_text(yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False))
+            atomic_write_text(path, yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False))
             self.config_path = path
         else:
             self.config_path = Path(config)
