@@ -53,6 +53,9 @@ class GenerativeCLI(TrackedCLI):
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.add_lightning_class_args(GenerativeTracking, "tracking")
         self.add_after_fit_arguments(parser, export_help="export the best model to TorchScript (sid)")
+        parser.add_argument(
+            "--resume", type=bool, default=True, help="fit: resume an unfinished fit of this run folder and config"
+        )
 
     def can_export(self) -> bool:
         return self.model.hparams.arch == "sid"  # SASRec is the baseline; serving is for the generative model
