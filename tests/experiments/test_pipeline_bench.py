@@ -35,4 +35,4 @@ def test_table_says_what_was_met() -> None:
               "verdicts": verdicts(compare)}
     md = to_markdown(result)
     assert "| features | 10 | 3 | -7 (met) |" in md
-    assert "within 0.002: NOT met" in md and "| quality | 1 |" in md
+    assert "not more than 0.002 below: NOT met" in md and "| quality | 1 |" in md
