@@ -12,7 +12,7 @@
     salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu|pipeline [ARGS]
     salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
-    salience gen fit|test --config experiments/configs/gen_beauty.yaml
+    salience gen fit|test --config experiments/configs/generative/beauty.yaml
     salience gen recommend --model EXPORT_DIR --history "12 7 99"
 
 ``fit`` and friends are LightningCLI subcommands (see ``salience fit --help``); the others are

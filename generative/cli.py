@@ -1,8 +1,8 @@
 """``salience sid build`` and ``salience gen fit|validate|test|recommend``.
 
     salience sid build --dataset beauty --content attributes --method rq-kmeans --output runs/sid/beauty
-    salience gen fit --config experiments/configs/gen_beauty.yaml
-    salience gen test --config experiments/configs/gen_beauty.yaml --ckpt_path CKPT
+    salience gen fit --config experiments/configs/generative/beauty.yaml
+    salience gen test --config experiments/configs/generative/beauty.yaml --ckpt_path CKPT
     salience gen recommend --model EXPORT_DIR --history "12 7 99" --k 10
 
 ``gen fit`` and friends are a LightningCLI over :class:`~generative.train.GenerativeTask` and

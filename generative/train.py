@@ -1,6 +1,6 @@
 """Lightning training of next-item models: :class:`SequenceDataModule` + :class:`GenerativeTask`.
 
-``salience gen fit --config experiments/configs/gen_beauty.yaml`` runs them through a
+``salience gen fit --config experiments/configs/generative/beauty.yaml`` runs them through a
 LightningCLI (:mod:`generative.cli`). The data module reads the sequences, splits them
 leave-one-out, builds item content vectors and the semantic-ID codebook (or loads one written by
 ``salience sid build``); the task builds its model from that catalogue, so the YAML names only
