@@ -115,9 +115,11 @@ def main(argv: list[str] | None = None) -> int:
 
     import json
 
+    from experiments.cli import configure_logging
     from experiments.pipeline import PipelineConfig, run_pipeline
     from recsys.io import atomic_write_json, atomic_write_text
 
+    configure_logging()  # the stages' progress lines
     config = PipelineConfig.load(args.config.resolve())
     out_dir = args.output_dir.resolve()
     start = time.perf_counter()
