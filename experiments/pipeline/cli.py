@@ -42,9 +42,9 @@ def format_summary(results: dict[str, dict[str, Any]], output: str) -> str:
 
 
 def pipeline_main(argv: Sequence[str]) -> int:
-    from experiments.pipeline.config import PipelineConfig
+    from experiments.pipeline.config import PipelineConfig, PipelineConfigError
     from experiments.pipeline.runner import Pipeline
-    from experiments.pipeline.stages import STAGES
+    from experiments.pipeline.stages import STAGES, StageError
 
     parser = argparse.ArgumentParser(
         prog="salience pipeline",
@@ -57,9 +57,12 @@ def pipeline_main(argv: Sequence[str]) -> int:
     parser.add_argument("--restart", action="store_true", help="start over, ignoring the stages done in the folder")
     parser.add_argument("--stop-after", choices=list(STAGES), default=None, help="stop after this stage (resume later)")
     args = parser.parse_args(argv)
-    config = PipelineConfig.load(args.config)
-    if args.output is not None:
-        config.output = args.output
-    results = Pipeline(config, restart=args.restart).run(args.stop_after)
+    try:
+        config = PipelineConfig.load(args.config)
+        if args.output is not None:
+            config.output = args.output
+        results = Pipeline(config, restart=args.restart).run(args.stop_after)
+    except (PipelineConfigError, StageError) as e:
+        parser.exit(2, f"salience pipeline: error: {e}\n")
     print(format_summary(results, str(config.output_dir)))
     return 0

@@ -184,3 +184,13 @@ def test_kill_9_mid_stage_resumes_after_the_last_finished_stage(tmp_path: Path) 
     assert runs[state["stages"]["selection"]["run_id"]].info.status == "FINISHED"
     parent = runs[state["parent_run_id"]]
     assert parent.info.status == "FINISHED" and parent.data.tags["salience.pipeline_status"] == "stopped after dims"
+
+
+def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from experiments.pipeline.cli import pipeline_main
+
+    with pytest.raises(SystemExit) as exit_info:
+        pipeline_main(["--config", str(_config(tmp_path, dims={"budjet": 0.5}))])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("salience pipeline: error:") and "dims.budjet" in err
