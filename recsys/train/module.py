@@ -33,6 +33,9 @@ __all__ = ["ARCHITECTURES", "RankingTask", "build_model", "build_seam", "latest_
 # metrics below are computed over every process already (syncing them again would average
 # equal numbers)
 warnings.filterwarnings("ignore", message=r".*self\.log\('(val|test)_(auc|logloss)'.*sync_dist=True")
+# the test after fit asks for "best": the first ModelCheckpoint is the best one by construction
+# (configure_callbacks), the second only keeps latest.ckpt for resuming
+warnings.filterwarnings("ignore", message=r".*called with Trainer configured with multiple `ModelCheckpoint` callbacks.*")
 
 #: backbone name -> class
 ARCHITECTURES: dict[str, type[RankingModel]] = {"dlrm": DLRM, "dcnv2": DCNv2, "deepfm": DeepFM}
