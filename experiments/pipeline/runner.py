@@ -80,8 +80,9 @@ class Pipeline:
     def results(self) -> dict[str, dict[str, Any]]:
         """Results of the finished stages, by name."""
         state = PipelineState.load(self.state_path)
-        if state is None:
-            return {}
+        return self._load_results(state) if state is not None else {}
+
+    def _load_results(self, state: PipelineState) -> dict[str, dict[str, Any]]:
         return {s: json.loads((self.out / s / "result.json").read_text(encoding="utf-8")) for s in state.stages}
 
     def run(self, stop_after: str | None = None) -> dict[str, dict[str, Any]]:
@@ -90,7 +91,7 @@ class Pipeline:
             raise PipelineConfigError(f"--stop-after {stop_after!r} is not a stage: {list(STAGES)}")
         self.out.mkdir(parents=True, exist_ok=True)
         state = self._open_state()
-        results = {s: json.loads((self.out / s / "result.json").read_text(encoding="utf-8")) for s in state.stages}
+        results = self._load_results(state)
         if not state.experiment:
             state.experiment = self._experiment()
         parent = self._parent_run(state)
@@ -102,6 +103,8 @@ class Pipeline:
                 if name in state.stages:
                     log.info("pipeline %s: %s done before (%.0f s), skipped", self.config.name, name,
                              state.stages[name]["seconds"])
+                elif not getattr(getattr(self.config, name, None), "enabled", True):
+                    log.info("pipeline %s: %s turned off (%s.enabled: false)", self.config.name, name, name)
                 else:
                     results[name] = self._run_stage(name, stage, state, results, parent.run_id)
                 if name == stop_after and name != list(STAGES)[-1]:

@@ -13,7 +13,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, fields, is_dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -147,7 +147,7 @@ def run_selection(ctx: StageContext) -> dict[str, Any]:
 
     cfg = ctx.config.selection
     recipe = ctx.search_recipe(ctx.kept("quality", "screening"))
-    method = get_method(cfg.method, **_with_seed(cfg.method, cfg.options, ctx.config.seed))
+    method = _seeded(get_method(cfg.method, **cfg.options), cfg.options, ctx.config.seed)
     report = method.rank(recipe)
     report.save(ctx.folder / f"{report.method}.json")
     report.to_mlflow(ctx.tracker)
@@ -169,13 +169,11 @@ def run_selection(ctx: StageContext) -> dict[str, Any]:
             "dropped": [n for n in report.ranking if n not in set(kept)], "curve": curve.summary()}
 
 
-def _with_seed(method: str, options: dict[str, Any], seed: int) -> dict[str, Any]:
-    """``options`` plus ``seed`` when the method (a dataclass) takes one and none is given."""
-    from selection import ImportanceMethod
-
-    cls = ImportanceMethod._registry.get(method)
-    names = {f.name for f in fields(cls)} if cls is not None and is_dataclass(cls) else set()
-    return {"seed": seed, **options} if "seed" in names else dict(options)
+def _seeded(method: Any, options: dict[str, Any], seed: int) -> Any:
+    """``method`` with the pipeline's seed, when it has a ``seed`` and the options set none."""
+    if hasattr(method, "seed") and "seed" not in options:
+        method.seed = seed
+    return method
 
 
 # -- 4. dimension search -----------------------------------------------------------------------------
@@ -188,10 +186,7 @@ def run_dims(ctx: StageContext) -> dict[str, Any]:
     schema = recipe.schema
     uniform = budget_of(schema, cfg.uniform_dim)
     budget = int(cfg.budget * uniform)
-    options = dict(cfg.options)
-    search = get_search(cfg.method, **options)
-    if hasattr(search, "seed") and "seed" not in options:
-        search.seed = ctx.config.seed
+    search = _seeded(get_search(cfg.method, **cfg.options), cfg.options, ctx.config.seed)
     plan = search.search(recipe, budget)
     plan.save(ctx.folder / "plan.json")
     plan.to_mlflow(ctx.tracker, schema)

@@ -194,3 +194,18 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert err.startswith("salience pipeline: error:") and "dims.budjet" in err
+
+
+def test_stages_turned_off_are_skipped(tmp_cwd: Path) -> None:
+    """screening, dims and tuning off: selection ranks every gated feature and the final model
+    trains the kept features at the model config's dims and hyperparameters."""
+    path = _config(tmp_cwd, screening={"enabled": False}, dims={"enabled": False}, tuning={"enabled": False},
+                   selection={"ks": [4], "random_seeds": []})
+    results = run_pipeline(path, stop_after="final")
+    assert list(results) == ["quality", "selection", "final"]
+    assert len(results["selection"]["kept"]) + len(results["selection"]["dropped"]) == len(results["quality"]["kept"])
+    final = results["final"]
+    assert sorted(final["features"]) == sorted(results["selection"]["kept"])
+    assert set(final["dims"].values()) == {16}  # the model config's dims
+    assert final["config"].endswith("final/reduced_config.yaml")
+    assert not (tmp_cwd / "out" / "tuning").exists() and not (tmp_cwd / "out" / "dims").exists()
