@@ -111,8 +111,10 @@ class Pipeline:
                     status = "STOPPED"
                     break
         except BaseException as e:
+            from recsys.tracking import end_status
+
             parent.set_tags({"salience.error": f"{type(e).__name__}: {e}"[:5000]})
-            parent.finish("KILLED" if isinstance(e, KeyboardInterrupt) else "FAILED")
+            parent.finish(end_status(e))
             raise
         if status == "FINISHED":
             self._close(parent, results)
