@@ -224,6 +224,8 @@ def _fail_subtree(client: Any, run_id: str, why: str) -> None:
     """Mark ``run_id`` and its descendants that are still RUNNING as FAILED."""
     from mlflow.exceptions import MlflowException
 
+    from recsys.tracking import fail_run
+
     try:
         run = client.get_run(run_id)
     except MlflowException:
@@ -232,9 +234,7 @@ def _fail_subtree(client: Any, run_id: str, why: str) -> None:
                                   max_results=10_000)
     for child in children:
         _fail_subtree(client, child.info.run_id, why)
-    if run.info.status == "RUNNING":
-        client.set_tag(run_id, "salience.failure", why)
-        client.set_terminated(run_id, status="FAILED")
+    fail_run(client, run_id, why)
 
 
 def _yaml(data: Any) -> str:
