@@ -218,15 +218,12 @@ def run_tuning(ctx: StageContext) -> dict[str, Any]:
     """GIF (or another sampler) on the reduced model; the config's own hyperparameters are the
     incumbent: the tuned config is used only when its best trial beats them."""
     import optuna
-    import yaml
 
     from experiments.hpo import trial_phase
     from experiments.hpo.tune import tune
 
     cfg = ctx.config.tuning
-    base = reduced_config(ctx.config, ctx.results)
-    base_path = ctx.folder / "reduced_config.yaml"
-    atomic_write_text(base_path, yaml.safe_dump(base, sort_keys=False))
+    base_path = _write_reduced(ctx)
     trial_args = [*cfg.overrides, f"--trainer.max_epochs={cfg.max_epochs}"]
     if cfg.limit_train_batches is not None:
         trial_args.append(f"--trainer.limit_train_batches={cfg.limit_train_batches}")
@@ -348,6 +345,7 @@ def run_original(ctx: StageContext) -> dict[str, Any]:
 
 
 def _write_reduced(ctx: StageContext) -> Path:
+    """``<stage>/reduced_config.yaml``: the model config with the kept features and searched dims."""
     import yaml
 
     path = ctx.folder / "reduced_config.yaml"
