@@ -25,7 +25,7 @@ builds its own plain-kernel model whatever the recipe's ``model.embedding_kernel
 Optimisation (3.2, first-order DARTS, the reference's run-script values as defaults):
 
 1. warm start: ``warm_start_epochs`` of ordinary training (Adam at the recipe's
-   ``model.learning_rate``, every parameter) with alpha fixed at 1;
+   ``model.optimizer``'s ``lr``, every parameter) with alpha fixed at 1;
 2. per training batch: a *weight step* (fresh Adam, ``lr_w``) on the embedding tables only:
    the tower keeps its warm-start weights (``freeze_tower=True`` replicates the reference;
    methods.md 9.4), then an *alpha step* on the next validation batch: loss = BCE +
@@ -67,6 +67,7 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from embeddings.base import DimensionSearch
+from recsys.config import optimizer_lr
 from embeddings.plan import ALIGNMENT, DimensionPlan, DimensionPlanError, FrequencyBlock, align_dim, check_budget
 
 if TYPE_CHECKING:
@@ -179,11 +180,11 @@ def mask_tables(model: RankingModel, blocks: Sequence[float] = (1.0,), schema: S
         ValueError: a fused-kernel model (name the switch), a model without sparse features, or
             a table that already has a parametrization.
     """
-    ebc = _ebc(model)
+    _ebc(model)  # a plain-kernel model with sparse features, or a clear error
     schema = schema or model.schema
     masks: dict[str, BlockMask] = {}
     for name in model.sparse_names:
-        bag = ebc.embedding_bags[f"t_{name}"]
+        bag = model.sparse_arch.table(name)
         if parametrize.is_parametrized(bag, "weight"):
             raise ValueError(f"the table of {name!r} is already masked (mask_tables was called twice)")
         n, dim = bag.weight.shape
@@ -318,7 +319,7 @@ class DNIS(DimensionSearch):
         """
         from recsys.data.schema import Schema
         from recsys.models.base import EmbeddingKernel, SparseArchConfig
-        from recsys.train.module import build_model
+        from recsys.models.backbone import build_backbone
 
         start = time.perf_counter()
         dm = recipe.datamodule
@@ -336,12 +337,7 @@ class DNIS(DimensionSearch):
         batch_size = int(self.batch_size or dm.batch_size)
 
         torch.manual_seed(self.seed)
-        model = build_model(
-            str(model_cfg.get("arch", "dcnv2")),
-            schema,
-            model_cfg.get("arch_args"),
-            SparseArchConfig(kernel=EmbeddingKernel.PLAIN),
-        )
+        model = build_backbone(model_cfg.get("backbone"), schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
         masks = mask_tables(model, self.blocks, schema)
         alphas = [m.alpha for m in masks.values()]
 
@@ -349,7 +345,7 @@ class DNIS(DimensionSearch):
         for a in alphas:
             a.requires_grad_(False)
         others = [p for p in model.parameters() if all(p is not a for a in alphas)]
-        opt = torch.optim.Adam(others, lr=float(model_cfg.get("learning_rate", 1e-3)))
+        opt = torch.optim.Adam(others, lr=optimizer_lr(model_cfg))
         steps = 0
         for epoch in range(self.warm_start_epochs):
             for batch in self._batches(train, batch_size, epoch):

@@ -13,7 +13,7 @@ Three stages, each a plain PyTorch step over the recipe's prepared splits (as :m
    over every (instance, field, dim) cell of the batch).
 2. **Clustering.** Deterministic gates ``z* = 1[pi > 0.5]`` on the training split, concatenated
    over fields (N x sum D_f, binary), are grouped by a seeded K-means (:func:`kmeans`,
-   k-means++ start + Lloyd's iterations in numpy). We cluster the *binary masks*, not the
+   k-means++ start + Lloyd's iterations, :mod:`recsys.kmeans`). We cluster the *binary masks*, not the
    masked embeddings that the Bohrium summary names: masked embeddings are dominated by the
    id's own values, so their clusters group ids rather than dimension usage, while the masks
    cluster exactly the quantity a cluster's dims are derived from, and routing then costs one
@@ -89,7 +89,9 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from embeddings.base import DimensionSearch
+from recsys.config import optimizer_lr
 from embeddings.plan import ALIGNMENT, DimensionPlan, DimensionPlanError, align_dim, check_budget, min_budget
+from recsys.kmeans import kmeans as shared_kmeans
 from recsys.models.seam import SeamTransform
 
 if TYPE_CHECKING:
@@ -224,6 +226,10 @@ class IHASGate(SeamTransform):
 def kmeans(x: np.ndarray, k: int, seed: int = 0, iterations: int = 50) -> tuple[np.ndarray, np.ndarray]:
     """Seeded K-means (k-means++ start, Lloyd's iterations); deterministic for a seed.
 
+    :func:`recsys.kmeans.kmeans` in float64, with the k-means++ centres drawn from the distinct
+    rows by ``numpy.random.default_rng(seed)``, no refill of an emptied cluster, and no inertia
+    tolerance (it stops when the assignments settle).
+
     Args:
         x: N x D points.
         k: clusters (capped at the number of distinct points).
@@ -231,40 +237,20 @@ def kmeans(x: np.ndarray, k: int, seed: int = 0, iterations: int = 50) -> tuple[
         iterations: Lloyd's iterations at most (stops when assignments settle).
 
     Returns:
-        (centroids k' x D float64, labels N int64); a centroid may end up with no point only
-        when points repeat: the caller drops such clusters.
+        (centroids k' x D float64, labels N int64, the first centroid on ties, as
+        :class:`IHASRouter`); a centroid may end up with no point only when points repeat: the
+        caller drops such clusters.
     """
     x = np.asarray(x, dtype=np.float64)
     if x.ndim != 2 or len(x) == 0:
         raise ValueError(f"kmeans needs a non-empty N x D array, got shape {x.shape}")
     if k < 1:
         raise ValueError(f"k must be >= 1, got {k}")
-    distinct = np.unique(x, axis=0)
-    k = min(int(k), len(distinct))
-    rng = np.random.default_rng(seed)
-    centroids = [distinct[rng.integers(len(distinct))]]
-    for _ in range(1, k):
-        d2 = ((distinct[:, None, :] - np.asarray(centroids)[None]) ** 2).sum(-1).min(1)
-        centroids.append(distinct[rng.choice(len(distinct), p=d2 / d2.sum())] if d2.sum() > 0 else distinct[0])
-    c = np.asarray(centroids)
-    labels = np.full(len(x), -1, dtype=np.int64)
-    for _ in range(iterations):
-        new = _nearest(x, c)
-        if np.array_equal(new, labels):
-            break
-        labels = new
-        for j in range(k):
-            members = x[labels == j]
-            if len(members):
-                c[j] = members.mean(0)
-    # final assignment to the final centroids (what the router reproduces at inference)
-    return c, _nearest(x, c)
-
-
-def _nearest(x: np.ndarray, c: np.ndarray) -> np.ndarray:
-    """Index of the nearest centroid per row (the first on ties), as :class:`IHASRouter`."""
-    d2 = (x * x).sum(1, keepdims=True) - 2 * x @ c.T + (c * c).sum(1)[None]
-    return d2.argmin(1).astype(np.int64)
+    result = shared_kmeans(
+        torch.tensor(x), k, np.random.default_rng(seed), iterations=iterations, tol=None,
+        seed_from_distinct=True, reseed_empty=False,
+    )  # fmt: skip
+    return result.centroids.numpy(), result.assign.numpy()
 
 
 def cluster_dims(
@@ -385,7 +371,7 @@ class IHAS(DimensionSearch):
         polarization: ``lambda_p`` of ``mean(pi (1 - pi))``.
         tau_start: initial temperature of the relaxed gate.
         tau_end: final temperature (geometric annealing over the search steps).
-        gate_lr: Adam learning rate of the gate layers (the rest: ``model.learning_rate``).
+        gate_lr: Adam learning rate of the gate layers (the rest: ``model.optimizer``'s ``lr``).
         init_bias: initial gate logit bias (``pi = sigmoid(init_bias)`` at the start).
         width: search width of every table (default: the recipe's dims).
         search_epochs: epochs of gated training.
@@ -463,7 +449,7 @@ class IHAS(DimensionSearch):
                 {"params": [p for p in model.parameters() if id(p) not in gate_ids]},
                 {"params": list(gate.parameters()), "lr": self.gate_lr},
             ],
-            lr=float(model_cfg.get("learning_rate", 1e-3)),
+            lr=optimizer_lr(model_cfg),
         )
         step = 0
         model.train()
@@ -501,12 +487,10 @@ class IHAS(DimensionSearch):
 
     def _search_model(self, schema: Schema, model_cfg: dict[str, Any]) -> tuple[RankingModel, IHASGate]:
         from recsys.models.base import EmbeddingKernel, SparseArchConfig
-        from recsys.train.module import build_model
+        from recsys.models.backbone import build_backbone
 
         torch.manual_seed(self.seed)
-        model = build_model(
-            str(model_cfg.get("arch", "dcnv2")), schema, model_cfg.get("arch_args"), SparseArchConfig(kernel=EmbeddingKernel.PLAIN)
-        )
+        model = build_backbone(model_cfg.get("backbone"), schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
         gate = IHASGate(self.sampling, self.sparsity, self.polarization, self.tau_start, self.init_bias)
         model.set_seam(gate)
         return model, gate
@@ -613,7 +597,7 @@ class IHAS(DimensionSearch):
             DimensionPlanError: a cluster with no training row under the router (name given).
         """
         from recsys.models.base import EmbeddingKernel, SparseArchConfig
-        from recsys.train.module import build_model
+        from recsys.models.backbone import build_backbone
 
         schema, train, _, batch_size, model_cfg = self._setup(recipe)
         router = self.router(plan, gate_model)
@@ -624,13 +608,8 @@ class IHAS(DimensionSearch):
             if len(rows) == 0:
                 raise DimensionPlanError(f"cluster {c} gets no training row under the router: search again or use fewer clusters")
             torch.manual_seed(self.seed + 1 + c)
-            model = build_model(
-                str(model_cfg.get("arch", "dcnv2")),
-                plan.apply_cluster(schema, c),
-                model_cfg.get("arch_args"),
-                SparseArchConfig(kernel=EmbeddingKernel.PLAIN),
-            )
-            opt = torch.optim.Adam(model.parameters(), lr=float(model_cfg.get("learning_rate", 1e-3)))
+            model = build_backbone(model_cfg.get("backbone"), plan.apply_cluster(schema, c), SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
+            opt = torch.optim.Adam(model.parameters(), lr=optimizer_lr(model_cfg))
             subset = train.take(rows)
             step = 0
             model.train()

@@ -24,7 +24,7 @@ Policies:
 
     plan = DimensionPlan({"user": 8, "item": 32}, method="manual")
     plan.num_parameters(schema)          # exact: sum(num_embeddings x dim) over the tables
-    model = build_model("dcnv2", plan.apply(schema))
+    model = DCNv2(plan.apply(schema))
     plan.save("plan.yaml"); DimensionPlan.load("plan.yaml")
     recipe.fit(extra_args=plan.to_config_overrides())
     plan.to_mlflow(tracker, schema)      # plan JSON + per-feature dims plot + parameter count
@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recsys.data.schema import Schema, SchemaError
-from recsys.io import atomic_write_text
+from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -543,8 +543,8 @@ class DimensionPlan:
             out["cluster_sizes"] = {str(c): s for c, s in self.cluster_sizes.items()}
         if self.num_embeddings:
             out["num_embeddings"] = dict(self.num_embeddings)
-        out["config"] = _plain(self.config)
-        out["extras"] = _plain(self.extras)
+        out["config"] = plain(self.config)
+        out["extras"] = plain(self.extras)
         return out
 
     @classmethod
@@ -554,9 +554,7 @@ class DimensionPlan:
         unknown = sorted(set(data) - allowed)
         if unknown:
             raise DimensionPlanError(f"{source}: unknown keys {unknown}; allowed: {sorted(allowed)}")
-        version = int(data.get("format_version", FORMAT_VERSION))
-        if version > FORMAT_VERSION:
-            raise DimensionPlanError(f"{source}: plan format {version} is newer than this Salience reads ({FORMAT_VERSION})")
+        check_format_version(data, FORMAT_VERSION, source, "plan", DimensionPlanError)
         for key in ("dims", "blocks", "clusters", "cluster_sizes", "num_embeddings"):
             if data.get(key) is not None and not isinstance(data[key], Mapping):
                 raise DimensionPlanError(f"{source}: {key!r} must be a mapping, got {type(data[key]).__name__}")
@@ -577,52 +575,13 @@ class DimensionPlan:
 
     def save(self, path: str | Path) -> Path:
         """Write the plan atomically: YAML for ``.yaml``/``.yml``, JSON otherwise; returns the path."""
-        path = Path(path)
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
-        else:
-            atomic_write_text(path, json.dumps(self.to_dict(), indent=2, allow_nan=False) + "\n")
-        return path
+        return write_artifact(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> DimensionPlan:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"dimension plan not found: {path}")
-        text = path.read_text()
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            try:
-                data = yaml.safe_load(text)
-            except yaml.YAMLError as e:
-                raise DimensionPlanError(f"{path}: not a dimension plan (invalid YAML: {e})") from e
-        else:
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as e:
-                raise DimensionPlanError(f"{path}: not a dimension plan (invalid JSON at line {e.lineno}: {e.msg})") from e
-        if not isinstance(data, Mapping) or not ({"dims", "blocks", "clusters"} & set(data)):
-            raise DimensionPlanError(f"{path}: not a dimension plan (needs 'dims', 'blocks' or 'clusters')")
-        return cls.from_dict(data, source=str(path))
+        data = read_artifact(path, "dimension plan", DimensionPlanError, any_of=("dims", "blocks", "clusters"))
+        return cls.from_dict(data, source=str(Path(path)))
 
 
 def _sizes(schema: Schema) -> dict[str, int]:
     return {f.name: int(f.num_embeddings) for f in schema.sparse if f.num_embeddings is not None}
-
-
-def _plain(obj: Any) -> Any:
-    """``obj`` with numpy values as Python types and NaN/inf as None (JSON- and YAML-safe)."""
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
-        return _plain(obj.tolist())
-    if isinstance(obj, float):
-        return obj if math.isfinite(obj) else None
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj

@@ -23,14 +23,12 @@ end ``KILLED`` and it exits with status 143 (a rerun of a stopped ``fit`` resume
 from __future__ import annotations
 
 import argparse
-import logging
-import os
-import signal
+import importlib
 import sys
-import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from types import FrameType
+from collections.abc import Callable, Sequence
+
+from experiments.benchmarks import BENCHMARKS
+from recsys.runtime import configure_logging, exit_distributed, sigterm_raises
 
 LIGHTNING_SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
@@ -110,29 +108,10 @@ def _tune(argv: Sequence[str]) -> int:
 
 def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
-    parser.add_argument(
-        "name", choices=["throughput", "quality", "selection", "dims", "generative", "hpo", "sharding", "gpu", "pipeline"]
-    )
+    parser.add_argument("name", choices=list(BENCHMARKS))
     args, rest = parser.parse_known_args(argv)
-    if args.name == "throughput":
-        from experiments.benchmarks.train_throughput import main as bench_main
-    elif args.name == "quality":
-        from experiments.benchmarks.quality import main as bench_main
-    elif args.name == "selection":
-        from experiments.benchmarks.selection import main as bench_main
-    elif args.name == "dims":
-        from experiments.benchmarks.dims import main as bench_main
-    elif args.name == "generative":
-        from experiments.benchmarks.generative import main as bench_main
-    elif args.name == "sharding":
-        from experiments.benchmarks.sharding import main as bench_main
-    elif args.name == "gpu":
-        from experiments.benchmarks.gpu_suite import main as bench_main
-    elif args.name == "pipeline":
-        from experiments.benchmarks.pipeline import main as bench_main
-    else:
-        from experiments.benchmarks.hpo import main as bench_main
-    return int(bench_main(rest) or 0)
+    module = importlib.import_module(f"experiments.benchmarks.{BENCHMARKS[args.name]}")
+    return int(module.main(rest) or 0)
 
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
@@ -146,7 +125,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
     "pipeline": (_pipeline, "quality -> OutRank -> LeAP -> DNIS -> GIF -> final fit -> export, vs the original; resumable"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
-    "bench": (_bench, "run a committed benchmark (throughput, quality, selection, dims, generative, hpo, sharding, gpu, pipeline)"),
+    "bench": (_bench, f"run a committed benchmark ({', '.join(BENCHMARKS)})"),
 }
 
 
@@ -157,80 +136,6 @@ def _usage() -> str:
     for name, (_, help_text) in COMMANDS.items():
         lines.append(f"  {name:<10} {help_text}")
     return "\n".join(lines)
-
-
-def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
-    """INFO lines of the project's packages on stderr, one line per message."""
-    # torchrec calls torch.fx.is_fx_tracing() on every KJT build; torch logs a warning about it
-    # once per process that says nothing about the user's run
-    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter(fmt))
-    for name in ("recsys", "experiments", "selection", "embeddings", "generative"):
-        logger = logging.getLogger(name)
-        logger.setLevel(logging.INFO)
-        if not logger.handlers:
-            logger.addHandler(handler)
-        logger.propagate = False  # one line per message, even when a library configured the root logger
-
-
-def exit_distributed(code: int) -> None:
-    """End a finished process of a distributed run (torchrun, gloo/nccl) at once.
-
-    After a sharded run has finished its work (the MLflow run closed, the checkpoints and the
-    export written), the interpreter's teardown occasionally aborts the process ("terminate
-    called without an active exception", SIGABRT) from a native thread the distributed stack
-    leaves behind, and the launcher then reports a finished job as failed. So the process
-    synchronises with the others, flushes its output and leaves without that teardown. A
-    process that is not part of a distributed run returns and exits normally.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()):
-        return
-    dist.barrier()
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
-class Terminated(SystemExit):
-    """The process got SIGTERM (raised in the main thread; exit status 128 + 15)."""
-
-
-@contextmanager
-def sigterm_raises() -> Iterator[None]:
-    """For the duration of a command, SIGTERM raises :class:`Terminated` in the main thread, so
-    the paths that end MLflow runs on an exception end them (``KILLED``, see
-    :func:`recsys.tracking.end_status`) instead of the process dying with its runs ``RUNNING``.
-
-    While a Lightning trainer runs, its own handler sits over this one and calls it: the trainer
-    then stops at the next batch boundary (every process of a distributed run together) by
-    raising its ``SIGTERMException``, which exits 0 and so is turned into :class:`Terminated`
-    here; this handler only notes the signal (a second SIGTERM raises at once).
-    """
-    if threading.current_thread() is not threading.main_thread():  # signal handlers live there
-        yield
-        return
-    received = False
-
-    def handler(signum: int, frame: FrameType | None) -> None:
-        nonlocal received
-        deferred = signal.getsignal(signal.SIGTERM) is not handler and not received
-        received = True
-        if not deferred:
-            raise Terminated(128 + signum)
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    except SystemExit as e:
-        if received and not isinstance(e, Terminated):
-            raise Terminated(128 + signal.SIGTERM) from e
-        raise
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -58,7 +58,10 @@ class GenerativeCLI(TrackedCLI):
         )
 
     def can_export(self) -> bool:
-        return self.model.hparams.arch == "sid"  # SASRec is the baseline; serving is for the generative model
+        from generative.model import SIDRecommender
+
+        # serving (beam search inside TorchScript) is for the semantic-ID model; SASRec is the baseline
+        return isinstance(self.model.recommender, SIDRecommender)
 
     def _export(self, export_dir: str | None, tracking: GenerativeTracking | None) -> None:
         """Export the best model with its beam search, then check it in a fresh process on real histories."""
@@ -140,7 +143,9 @@ def sid_main(argv: Sequence[str]) -> int:
     build = sub.add_parser("build", help="fit a codebook and save it")
     build.add_argument("--dataset", default="synthetic", help="beauty | sports | toys | ml-100k | synthetic")
     build.add_argument("--data-dir", default=None, help="data folder (default: $SALIENCE_DATA_DIR)")
-    build.add_argument("--content", default="attributes", help="item content vectors: attributes | collaborative | text")
+    build.add_argument("--content", default="attributes",
+                       help="item content vectors: attributes | collaborative | text | concat "
+                            "(attributes and collaborative side by side)")
     build.add_argument("--content-dim", type=int, default=None, help="content vector dimension")
     build.add_argument("--method", default="rq-kmeans", help="rq-kmeans | rq-vae")
     build.add_argument("--levels", type=int, default=3, help="code levels before the collision token")

@@ -37,7 +37,7 @@ used: the model (and the served call) reads item histories only.
 
 from __future__ import annotations
 
-from typing import Any, List, Tuple
+from typing import Any, ClassVar, List, Tuple
 
 import numpy as np
 import torch
@@ -47,7 +47,7 @@ from torchrec.modules.embedding_configs import EmbeddingConfig
 from torchrec.modules.embedding_modules import EmbeddingCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from generative.base import NextItemModel
+from generative.base import Catalog, NextItemModel
 from generative.decoding import ConstrainedBeamSearch, PrefixTrie, check_codes
 
 __all__ = [
@@ -375,6 +375,9 @@ class SIDRecommender(NextItemModel):
         items, scores = model.eval().recommend(history, k=10)   # [B, 10] each
     """
 
+    name: ClassVar[str] = "sid"
+    uses_semantic_ids: ClassVar[bool] = True
+
     def __init__(
         self,
         codes: np.ndarray | Tensor,
@@ -411,6 +414,13 @@ class SIDRecommender(NextItemModel):
     def from_codebook(cls, codebook: Any, loss: nn.Module | None = None, **kwargs: Any) -> SIDRecommender:
         """Built from anything with ``codes`` and ``level_sizes`` (a :class:`generative.codebook.Codebook`)."""
         return cls(codebook.codes, list(codebook.level_sizes), loss, **kwargs)
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog, loss: nn.Module | None = None, **options: Any) -> SIDRecommender:
+        """Built on the catalogue's semantic IDs (``catalog.codes``, ``catalog.level_sizes``)."""
+        if catalog.codes is None or catalog.level_sizes is None:
+            raise ValueError(f"model.arch={cls.name!r} needs a codebook; the catalogue has none")
+        return cls(catalog.codes, catalog.level_sizes, loss=loss, **options)
 
     @property
     def max_history(self) -> int:

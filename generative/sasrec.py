@@ -36,12 +36,13 @@ of later SASRec re-implementations, which is a stronger baseline than sampled BC
 # No ``from __future__ import annotations`` here: TorchScript reads the class attribute
 # annotations below as real types (strings such as ``'int'`` are refused by ``torch.jit.script``).
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from generative.base import NextItemModel
+from generative.base import Catalog, NextItemModel
 
 __all__ = ["SASRec"]
 
@@ -61,6 +62,8 @@ class SASRec(NextItemModel):
     The CPU defaults (64 / 2 layers / 2 heads / 0.2 dropout / 20 items) are the paper's
     Amazon settings except the width (the paper uses 50).
     """
+
+    name = "sasrec"  # model.arch (a plain class attribute: TorchScript reads the annotations below)
 
     num_items: int
     dim: int
@@ -108,6 +111,13 @@ class SASRec(NextItemModel):
         )
         self.final_norm = nn.LayerNorm(dim)
         self.reset_parameters()
+
+    @classmethod
+    def from_catalog(cls, catalog: Catalog, loss: nn.Module | None = None, **options: Any) -> "SASRec":
+        """An item-ID model over ``catalog.num_items`` items (no semantic IDs, no token weighting)."""
+        if loss is not None:
+            raise ValueError("SASRec trains with its own full-softmax loss; it takes no token weighting")
+        return cls(catalog.num_items, **options)
 
     def reset_parameters(self) -> None:
         """Item and position tables ``N(0, 1/D)`` (unit-scale inputs after ``* sqrt(D)``); pad row 0."""

@@ -28,7 +28,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 import warnings
 from pathlib import Path
 from typing import Any, Tuple
@@ -39,6 +38,7 @@ from torch import Tensor, nn
 
 from generative.decoding import ConstrainedBeamSearch
 from generative.model import SIDRecommender
+from recsys.artifacts import export_header
 from recsys.export.serving import eval_mode, model_device
 from recsys.io import atomic_dir, read_marked_json
 
@@ -160,15 +160,9 @@ def check_recommender_parity(
 def _metadata(
     model: SIDRecommender, served: SIDServingModule, plain: bool, diff: float, extra: dict[str, Any]
 ) -> dict[str, Any]:
-    import recsys
-
     t = model.transformer
     return {
-        "format": EXPORT_FORMAT,
-        "salience_version": recsys.__version__,
-        "torch_version": torch.__version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "model_class": type(model).__name__,
+        **export_header(EXPORT_FORMAT, model),
         "k": served.k,
         "beam_size": served.beam_size,
         "num_items": model.num_items,

@@ -12,7 +12,6 @@ works without the data.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -22,7 +21,7 @@ import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
-from generative.base import NextItemModel
+from generative.base import Catalog, NextItemModel
 
 __all__ = ["Catalog", "GenerativeTask", "SequenceDataModule", "metric_key"]
 
@@ -32,49 +31,6 @@ log = logging.getLogger(__name__)
 def metric_key(name: str) -> str:
     """``recall@10`` -> ``recall_10``: MLflow metric names cannot hold ``@``."""
     return name.replace("@", "_")
-
-
-@dataclass
-class Catalog:
-    """What a model needs from the data (and what its checkpoint stores to be rebuilt)."""
-
-    dataset: str
-    num_items: int
-    train_targets: np.ndarray  # [n_train] item index of every training target
-    tail: np.ndarray  # bool [num_items + 1]
-    codes: np.ndarray | None = None  # [num_items + 1, L]
-    level_sizes: list[int] | None = None
-    item_vectors: np.ndarray | None = None  # [num_items + 1, d]
-    codebook_stats: dict[str, Any] = field(default_factory=dict)
-
-    def to_state(self) -> dict[str, Any]:
-        return {
-            "dataset": self.dataset,
-            "num_items": self.num_items,
-            "train_targets": torch.tensor(np.asarray(self.train_targets, dtype=np.int64)),
-            "tail": torch.tensor(np.asarray(self.tail, dtype=bool)),
-            "codes": None if self.codes is None else torch.tensor(np.asarray(self.codes, dtype=np.int64)),
-            "level_sizes": self.level_sizes,
-            "item_vectors": None if self.item_vectors is None else torch.tensor(np.asarray(self.item_vectors, dtype=np.float32)),
-            "codebook_stats": self.codebook_stats,
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Catalog:
-        def arr(key: str) -> np.ndarray | None:
-            value = state.get(key)
-            return None if value is None else value.numpy()
-
-        return cls(
-            dataset=state["dataset"],
-            num_items=int(state["num_items"]),
-            train_targets=arr("train_targets"),  # type: ignore[arg-type]
-            tail=arr("tail"),  # type: ignore[arg-type]
-            codes=arr("codes"),
-            level_sizes=state.get("level_sizes"),
-            item_vectors=arr("item_vectors"),
-            codebook_stats=dict(state.get("codebook_stats") or {}),
-        )
 
 
 class SequenceDataModule(pl.LightningDataModule):
@@ -227,16 +183,15 @@ class SequenceDataModule(pl.LightningDataModule):
         return DataLoader(self._tensors("test"), batch_size=self.eval_batch_size)
 
 
-Arch = Literal["sid", "sasrec"]
-
-
 class GenerativeTask(pl.LightningModule):
     """Trains a next-item model and evaluates Recall/NDCG@k (overall, head and tail items).
 
     Args:
-        arch: ``sid`` (semantic-ID generative model, trie-constrained beam search) or
-            ``sasrec`` (item-ID baseline with a full softmax).
-        weighting: token weighting of the ``sid`` loss (``plain``, ``front``, ``frequency``, ``multi``).
+        arch: the registered :class:`~generative.base.NextItemModel`: ``sid`` (semantic-ID
+            generative model, trie-constrained beam search) or ``sasrec`` (item-ID baseline with
+            a full softmax).
+        weighting: the registered token weighting of a semantic-ID model's loss (``plain``,
+            ``front``, ``frequency``, ``multi``).
         weighting_options: its keyword arguments (e.g. ``{gain: entropy}``).
         model_options: keyword arguments of the model class (sizes, dropout).
         learning_rate: AdamW learning rate.
@@ -246,7 +201,7 @@ class GenerativeTask(pl.LightningModule):
         weight_decay: AdamW weight decay (matrices only; not norms, biases or the loss's parameters).
         warmup_steps: linear warm-up steps, then cosine decay to 0 over the run (``lr_schedule: cosine``).
         lr_schedule: ``cosine`` or ``constant``.
-        beam_size: beam width of constrained decoding (``sid``).
+        beam_size: beam width of constrained decoding (semantic-ID models).
         eval_k: length of the recommended lists that are evaluated (metrics at 5 and 10).
         monitor: validation metric that picks the best checkpoint.
         early_stopping_patience: epochs without improvement before stopping (0 = off).
@@ -254,7 +209,7 @@ class GenerativeTask(pl.LightningModule):
 
     def __init__(
         self,
-        arch: Arch = "sid",
+        arch: str = "sid",
         weighting: str = "plain",
         weighting_options: dict[str, Any] | None = None,
         model_options: dict[str, Any] | None = None,
@@ -269,8 +224,8 @@ class GenerativeTask(pl.LightningModule):
         early_stopping_patience: int = 0,
     ) -> None:
         super().__init__()
-        if arch not in ("sid", "sasrec"):
-            raise ValueError(f"model.arch={arch!r} is not one of ['sasrec', 'sid']")
+        if arch not in NextItemModel.registered_names():
+            raise ValueError(f"model.arch={arch!r} is not one of {NextItemModel.registered_names()}")
         if eval_k < 10:
             raise ValueError(f"model.eval_k={eval_k} must be at least 10 (metrics are reported at 5 and 10)")
         self.save_hyperparameters()
@@ -285,20 +240,16 @@ class GenerativeTask(pl.LightningModule):
         if self.recommender is not None:
             return self.recommender
         hp = self.hparams
-        options = dict(hp.model_options or {})
-        if hp.arch == "sasrec":
-            from generative.sasrec import SASRec
-
-            model: NextItemModel = SASRec(catalog.num_items, **options)
-        else:
-            from generative.model import SIDRecommender
+        model_cls = NextItemModel.registered_class(hp.arch)
+        loss = None
+        if model_cls.uses_semantic_ids:
             from generative.weighting import TokenWeighting
 
             if catalog.codes is None or catalog.level_sizes is None:
-                raise ValueError("model.arch='sid' needs a codebook; the catalogue has none")
+                raise ValueError(f"model.arch={hp.arch!r} needs a codebook; the catalogue has none")
             loss = TokenWeighting.create(hp.weighting, **dict(hp.weighting_options or {}))
             loss.fit(catalog.codes, catalog.level_sizes, catalog.train_targets, item_vectors=catalog.item_vectors)
-            model = SIDRecommender(catalog.codes, catalog.level_sizes, loss=loss, **options)
+        model = model_cls.from_catalog(catalog, loss=loss, **dict(hp.model_options or {}))
         self.catalog = catalog
         self.recommender = model
         return model
@@ -308,7 +259,7 @@ class GenerativeTask(pl.LightningModule):
             dm = self.trainer.datamodule
             if dm is None:
                 raise RuntimeError("GenerativeTask needs a SequenceDataModule (or a checkpoint) to build its model")
-            self.build(dm.catalog(with_codes=self.hparams.arch == "sid"))
+            self.build(dm.catalog(with_codes=NextItemModel.registered_class(self.hparams.arch).uses_semantic_ids))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         assert self.catalog is not None
@@ -337,10 +288,8 @@ class GenerativeTask(pl.LightningModule):
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         assert self.recommender is not None
         history, target = batch
-        if self.hparams.arch == "sid":
-            items, _ = self.recommender.recommend(history, self.hparams.eval_k, beam_size=self.hparams.beam_size)  # type: ignore[call-arg]
-        else:
-            items, _ = self.recommender.recommend(history, self.hparams.eval_k)
+        options = {"beam_size": self.hparams.beam_size} if self.recommender.uses_semantic_ids else {}
+        items, _ = self.recommender.recommend(history, self.hparams.eval_k, **options)
         self._outputs.append((items.cpu(), target.cpu()))
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:

@@ -40,11 +40,16 @@ class Registered:
         return sorted(cls._registry)
 
     @classmethod
-    def create(cls, name: str, **options: Any) -> Any:
-        """Instantiate the class registered as ``name``; unknown names list the known ones."""
+    def registered_class(cls, name: str) -> type[Any]:
+        """The class registered as ``name`` (for class-level hooks); unknown names list the known ones."""
         if name not in cls._registry:
             raise ValueError(f"unknown {cls.kind} {name!r}; available: {cls.registered_names()}")
-        return cls._registry[name](**options)
+        return cls._registry[name]
+
+    @classmethod
+    def create(cls, name: str, **options: Any) -> Any:
+        """Instantiate the class registered as ``name``; unknown names list the known ones."""
+        return cls.registered_class(name)(**options)
 
     def describe(self) -> dict[str, Any]:
         """The settings (enum values as plain values): a dataclass's fields, else public attributes."""

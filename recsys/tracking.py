@@ -9,6 +9,9 @@
   ``salience.pid_start``, ``salience.pid_ns``) and :func:`fail_orphaned_runs` ends the runs of
   dead processes of this host as ``FAILED`` whenever a :class:`RunTracker` opens a run in their
   experiment.
+* Every experiment Salience creates or opens is tagged ``mlflow.experimentKind:
+  custom_model_development`` (:func:`experiment_id`), so the MLflow UI opens it on its runs table
+  rather than the GenAI overview.
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_TRACKING_URI",
+    "EXPERIMENT_KIND_TAG",
+    "MODEL_TRAINING_KIND",
     "MlflowTracking",
     "RunTracker",
     "end_status",
+    "experiment_id",
     "fail_orphaned_runs",
     "fail_run",
     "flatten",
@@ -153,6 +159,27 @@ def fail_orphaned_runs(client: MlflowClient, experiment_ids: list[str]) -> list[
     return failed
 
 
+#: MLflow's experiment tag that chooses what the UI shows first, and Salience's value: model
+#: training (the runs table), not GenAI development (the traces overview)
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING_KIND = "custom_model_development"
+
+
+def experiment_id(client: MlflowClient, name: str) -> str:
+    """The id of experiment ``name`` (created if missing), marked as a model-training experiment.
+
+    An existing experiment gets the tag when it has none or only one the UI inferred
+    (``*_inferred``); a kind someone chose is left alone.
+    """
+    exp = client.get_experiment_by_name(name)
+    if exp is None:
+        return client.create_experiment(name, tags={EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND})
+    kind = exp.tags.get(EXPERIMENT_KIND_TAG)
+    if exp.lifecycle_stage == "active" and (kind is None or kind.endswith("_inferred")):
+        client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    return exp.experiment_id
+
+
 class RunTracker:
     """A thin handle on one MLflow run through ``MlflowClient`` (no global active-run state).
 
@@ -179,8 +206,7 @@ class RunTracker:
 
         self.uri = uri or tracking_uri()
         self.client: MlflowClient = MlflowClient(self.uri)
-        exp = self.client.get_experiment_by_name(experiment)
-        self.experiment_id = exp.experiment_id if exp is not None else self.client.create_experiment(experiment)
+        self.experiment_id = experiment_id(self.client, experiment)
         try:
             fail_orphaned_runs(self.client, [self.experiment_id])
         except Exception as e:  # housekeeping: never stops a new run
@@ -311,7 +337,7 @@ class MlflowTracking(Callback):
             return self.tracker
         dm = trainer.datamodule
         dataset = getattr(dm, "dataset_name", None) or "salience"
-        arch = getattr(pl_module.hparams, "arch", type(pl_module).__name__)
+        arch = getattr(pl_module, "backbone_name", type(pl_module).__name__)
         tags = {"salience.dataset": dataset, "salience.arch": str(arch)}
         if self.resumed_from:
             tags["salience.resumed_from"] = self.resumed_from

@@ -55,9 +55,10 @@ def screen_leakage(recipe: Recipe, threshold: float = 0.9) -> dict[str, str]:
     label). Model-based methods train without these features and list them as excluded, so
     a leak is flagged instead of silently ranked first.
     """
-    from selection.outrank import OutRank, Ranking, score_raw
+    from selection.outrank_scoring import OutRankConfig, Ranking, score_raw
 
-    scores = score_raw(recipe.raw_split("train"), OutRank(ranking=Ranking.RELEVANCE, progress=False), pairs=False)
+    settings = OutRankConfig(ranking=Ranking.RELEVANCE, progress=False)
+    scores = score_raw(recipe.raw_split("train"), settings, pairs=False)
     return scores.leakage(threshold)
 
 

@@ -15,8 +15,9 @@ and the interaction on the cached tensors. The permutation is drawn over the who
     report = PermutationImportance().rank_model(model, data, schema)  # an already trained model
     drop, std, base = permutation_importance(model, data)        # the raw numbers
 
-AUC is the plain rank-sum (Mann–Whitney) AUC with ties averaged (:func:`binary_auc`), computed
-in float64 on the whole split, so it equals ``sklearn.metrics.roc_auc_score``.
+AUC is the plain rank-sum (Mann–Whitney) AUC with ties averaged, computed in float64 on the
+whole split (:func:`recsys.metrics.binary_auc`, re-exported here), so it equals
+``sklearn.metrics.roc_auc_score``.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import torch
 from recsys.data.batching import make_batch
 from recsys.data.encoders import EncodedData
 from recsys.data.schema import Schema
+from recsys.metrics import binary_auc
 from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
@@ -110,25 +112,6 @@ class FieldShuffle(SeamTransform):
         dense = dense.clone()
         dense[:, self.dense_index] = dense[perm, self.dense_index]
         return sparse, dense
-
-
-def binary_auc(scores: torch.Tensor | np.ndarray, labels: torch.Tensor | np.ndarray) -> float:
-    """ROC AUC by the rank-sum formula, ties averaged (float64); NaN when a class is missing."""
-    s = torch.as_tensor(scores).detach().double().reshape(-1).cpu()
-    y = torch.as_tensor(labels).detach().reshape(-1).cpu() > 0.5
-    n1 = int(y.sum())
-    n0 = int(y.numel()) - n1
-    if n1 == 0 or n0 == 0:
-        return float("nan")
-    order = torch.argsort(s)
-    sorted_s = s[order]
-    # average rank of every run of equal scores
-    _, inverse, counts = torch.unique_consecutive(sorted_s, return_inverse=True, return_counts=True)
-    ends = torch.cumsum(counts, 0).double()
-    avg = ends - (counts.double() - 1.0) / 2.0  # 1-based average rank of each tie group
-    ranks = torch.empty_like(s)
-    ranks[order] = avg[inverse]
-    return float((ranks[y].sum() - n1 * (n1 + 1) / 2.0) / (n1 * n0))
 
 
 def field_permutation(n: int, seed: int, feature: str, repeat: int) -> np.ndarray:

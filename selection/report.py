@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recsys.data.schema import Schema
-from recsys.io import atomic_write_text
+from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -296,19 +296,17 @@ class ImportanceReport:
             "method": self.method,
             "dataset": self.dataset,
             "cost_seconds": self.cost_seconds,
-            "config": _plain(self.config),
+            "config": plain(self.config),
             "features": [
                 {**f.to_dict(), "score": _finite(f.score), "uncertainty": _finite(f.uncertainty)} for f in self.features
             ],
             "excluded": self.excluded,
-            "extras": _plain(self.extras),
+            "extras": plain(self.extras),
         }
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ImportanceReport:
-        version = data.get("format_version", FORMAT_VERSION)
-        if version > FORMAT_VERSION:
-            raise ValueError(f"importance report format {version} is newer than this Salience reads ({FORMAT_VERSION})")
+    def from_dict(cls, data: Mapping[str, Any], source: str = "importance report") -> ImportanceReport:
+        check_format_version(data, FORMAT_VERSION, source, "report", ValueError)
         rows = []
         for row in data["features"]:
             row = dict(row)
@@ -325,40 +323,17 @@ class ImportanceReport:
         )
 
     def save(self, path: str | Path) -> Path:
-        """Write the report as JSON (atomically); returns the path."""
-        path = Path(path)
-        atomic_write_text(path, json.dumps(self.to_dict(), indent=2, allow_nan=False))
-        return path
+        """Write the report atomically: YAML for ``.yaml``/``.yml``, JSON otherwise; returns the path."""
+        return write_artifact(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> ImportanceReport:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"importance report not found: {path}")
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: not an importance report (invalid JSON at line {e.lineno}: {e.msg})") from e
-        if not isinstance(data, Mapping) or "features" not in data or "method" not in data:
-            raise ValueError(f"{path}: not an importance report (needs 'method' and 'features')")
-        return cls.from_dict(data)
+        data = read_artifact(path, "importance report", ValueError, required=("method", "features"))
+        return cls.from_dict(data, source=str(Path(path)))
 
     def with_method(self, method: str) -> ImportanceReport:
         return replace(self, method=method)
 
 
-def _plain(obj: Any) -> Any:
-    """``obj`` with numpy scalars/arrays as Python types and NaN/inf as None (JSON-safe)."""
-    if isinstance(obj, Mapping):
-        return {str(k): _plain(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_plain(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return _plain(obj.tolist())
-    if isinstance(obj, np.generic):
-        obj = obj.item()
-    if isinstance(obj, float):
-        return _finite(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    return obj
+#: the shared converter, under the name :mod:`selection.curve` imports
+_plain = plain

@@ -1,8 +1,9 @@
 """Shared fixtures.
 
 Real datasets come from ``$SALIENCE_DATA_DIR``. When the variable is unset, tests that need a
-dataset are skipped; when it is set and the dataset is missing, they fail, so CI (which sets
-it) cannot pass on nothing.
+dataset are skipped; when it is set and the dataset is missing, they fail. Under ``CI=true``
+(``.ci/run`` sets it) a real-data test (marked ``data`` or using the ``data_dir`` fixture) that
+is skipped for any reason is reported as a failure, so CI cannot pass on nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +19,33 @@ warnings.filterwarnings("ignore", message=".*is_fx_tracing.*")
 DATA_DIR_ENV = "SALIENCE_DATA_DIR"
 
 
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in {"1", "true", "yes"}
+
+
+def _needs_data(item: pytest.Item) -> bool:
+    return item.get_closest_marker("data") is not None or "data_dir" in getattr(item, "fixturenames", ())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> object:
+    """Under ``CI=true`` a skipped real-data test is a failure that says why it was skipped."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and not hasattr(report, "wasxfail") and _in_ci() and _needs_data(item):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = (f"CI=true: real-data test skipped ({reason}); CI must run it: set {DATA_DIR_ENV} to "
+                           "the folder that holds the datasets")
+    return None
+
+
 @pytest.fixture(scope="session")
 def data_dir() -> Path:
     root = os.environ.get(DATA_DIR_ENV)
     if not root:
         pytest.skip(f"{DATA_DIR_ENV} is not set")
-    path = Path(root)
+    path = Path(root).absolute()  # tests may change directory
     if not path.is_dir():
         pytest.fail(f"{DATA_DIR_ENV}={root} is not a directory")
     return path

@@ -104,3 +104,192 @@ def test_readme_names_real_commands_configs_and_docs() -> None:
     assert not missing, missing
     for doc in ("known-limitations.md", "reproducibility.md", "bad-input.md"):
         assert f"docs/{doc}" in readme
+
+
+# ---------------------------------------------------------------------------------------------
+# module graph: no import cycles, no oversized modules
+# ---------------------------------------------------------------------------------------------
+#: longest module of the five packages (style: one module per method or concern)
+MAX_MODULE_LINES = 800
+
+
+def _package_modules() -> dict[str, Path]:
+    """Dotted module name -> file, for every module of the five packages (a package is its ``__init__``)."""
+    modules = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            modules[".".join(parts)] = path
+    return modules
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _import_nodes(tree: ast.AST) -> list[ast.Import | ast.ImportFrom]:
+    """Every import statement: at module level and inside functions and classes alike; only the
+    body of ``if TYPE_CHECKING:`` is skipped (it never runs, so it cannot close a cycle)."""
+    found: list[ast.Import | ast.ImportFrom] = []
+    stack: list[ast.AST] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            stack.extend(node.orelse)
+            continue
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        stack.extend(ast.iter_child_nodes(node))
+    return found
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> the modules of the five packages it imports (``from pkg import sub`` names the
+    submodule ``pkg.sub``; ``import a.b.c`` names ``a.b.c``, not the packages above it)."""
+    modules = _package_modules()
+
+    def known(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        edges: set[str] = set()
+        for node in _import_nodes(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:  # relative import
+                    anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
+            edges.update(t for t in map(known, targets) if t is not None and t != module)
+        graph[module] = edges
+    return graph
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Tarjan's strongly connected components (iterative), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[list[str]] = []
+    for root in sorted(graph):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph[root])))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = len(index)
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                components.append(sorted(component))
+    return components
+
+
+def _cycle_in(component: list[str], graph: dict[str, set[str]]) -> list[str]:
+    """One shortest cycle through the first module of a strongly connected component."""
+    start = component[0]
+    members = set(component)
+    parent: dict[str, str] = {}
+    frontier = [start]
+    while frontier:
+        nxt = []
+        for node in frontier:
+            for child in sorted(graph[node] & members):
+                if child == start:
+                    path = [node]
+                    while path[-1] != start:
+                        path.append(parent[path[-1]])
+                    return [start, *reversed(path[:-1]), start] if len(path) > 1 else [start, node, start]
+                if child not in parent:
+                    parent[child] = node
+                    nxt.append(child)
+        frontier = nxt
+    return component
+
+
+def test_strongly_connected_finds_a_planted_cycle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"e"}}
+    assert sorted(c for c in _strongly_connected(graph) if len(c) > 1) == [["a", "b", "c"]]
+    assert _cycle_in(["a", "b", "c"], graph) == ["a", "b", "c", "a"]
+
+
+def test_no_import_cycles() -> None:
+    """No module of the five packages imports itself back through others (design.md: a cycle is
+    a design bug), counting imports inside functions too."""
+    graph = _import_graph()
+    assert "experiments.cli" in graph and "recsys.registry" in graph["selection.base"]
+    cycles = [" -> ".join(_cycle_in(c, graph)) for c in _strongly_connected(graph) if len(c) > 1]
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_module_over_the_size_limit() -> None:
+    """One module per method or concern: none of the packages' modules is over the limit."""
+    long = {
+        str(path.relative_to(ROOT)): n
+        for path in _package_modules().values()
+        if (n := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert not long, f"modules over {MAX_MODULE_LINES} lines (split them by concern): {long}"
+
+
+#: an absolute path on a developer's or CI machine (not inside a base64 blob or a relative path)
+_MACHINE_PATH = re.compile(r"(?<![A-Za-z0-9+/._~-])(/(?:tmp|work|root|home|Users|private|mnt|var/folders)/|[A-Za-z]:\\{1,2}(?=[A-Za-z]))")
+
+
+def test_committed_results_hold_no_machine_paths() -> None:
+    """Result files name paths relative to the repository or to the run's output folder."""
+    found = {}
+    for path in sorted((ROOT / "experiments" / "results").rglob("*")):
+        if not path.is_file():
+            continue
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError:  # a binary file (plot)
+            continue
+        hits = sorted({m.group(0) for m in _MACHINE_PATH.finditer(text)})
+        if hits:
+            found[str(path.relative_to(ROOT))] = hits
+    assert not found, f"absolute machine paths in committed results: {found}"
+
+
+def test_every_benchmark_is_in_the_one_table_of_names() -> None:
+    """``salience bench NAME`` runs the module :data:`experiments.benchmarks.BENCHMARKS` maps NAME to,
+    and every benchmark module (not ``_shared`` ones) is there, with ``main(argv)``."""
+    from experiments.benchmarks import BENCHMARKS
+
+    folder = ROOT / "experiments" / "benchmarks"
+    assert set(BENCHMARKS.values()) == {p.stem for p in folder.glob("[!_]*.py")}
+    for module in BENCHMARKS.values():
+        tree = ast.parse((folder / f"{module}.py").read_text())
+        assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), module

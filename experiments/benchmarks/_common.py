@@ -1,18 +1,73 @@
-"""Pieces every benchmark script shares: the result header and an isolated working folder."""
+"""Pieces every benchmark script shares: the result header, an isolated working folder, and the
+verdict rule every comparison of two arms goes through.
+
+The verdict rule: arm A is ``better`` (or ``worse``) than arm B only when the difference of their
+means over seeds exceeds the spread of that difference (one standard error of the difference,
+:func:`spread_of_difference`); otherwise it is a ``tie``. Over several tasks, A is better (worse)
+only when it is better (worse) on most of them, each beyond its own spread
+(:func:`majority_verdict`). "Beats" claims need ``better``; "worse" claims need ``worse``.
+"""
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = ["isolated_workdir", "result_header"]
+__all__ = [
+    "BETTER", "TIE", "WORSE", "isolated_workdir", "majority_verdict", "result_header", "spread_of_difference",
+    "verdict",
+]
+
+#: the three outcomes of a comparison
+BETTER, WORSE, TIE = "better", "worse", "tie"
+
+
+def spread_of_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
+    """The standard error of ``mean(a) - mean(b)`` over independent seeds: ``sqrt(se_a^2 + se_b^2)``.
+
+    Each of ``a`` and ``b`` is a summary with ``se``, or with ``std`` and ``n`` (``se = std /
+    sqrt(n)``; ``n`` defaults to 1); a summary with neither contributes 0.
+    """
+
+    def se(s: Mapping[str, Any]) -> float:
+        if s.get("se") is not None:
+            return float(s["se"])
+        if s.get("std") is not None:
+            return float(s["std"]) / math.sqrt(max(int(s.get("n") or 1), 1))
+        return 0.0
+
+    return math.hypot(se(a), se(b))
+
+
+def verdict(a: float, b: float, spread: float, lower_is_better: bool = False) -> str:
+    """``BETTER`` when ``a`` beats ``b`` by more than ``spread``, ``WORSE`` when it trails by more,
+    else ``TIE`` (a NaN anywhere is a ``TIE``: no claim without numbers)."""
+    if spread < 0:
+        raise ValueError(f"spread must be >= 0, got {spread}")
+    diff = (b - a) if lower_is_better else (a - b)
+    if not (math.isfinite(diff) and math.isfinite(spread)):
+        return TIE
+    if diff > spread:
+        return BETTER
+    if diff < -spread:
+        return WORSE
+    return TIE
+
+
+def majority_verdict(per_task: Sequence[str]) -> str:
+    """``BETTER`` (``WORSE``) when more than half of the tasks say so, else ``TIE``."""
+    for outcome in (BETTER, WORSE):
+        if sum(v == outcome for v in per_task) * 2 > len(per_task):
+            return outcome
+    return TIE
 
 
 def result_header(benchmark: str, argv: Sequence[str] | None, quick: bool, targets: dict[str, Any]) -> dict[str, Any]:
@@ -34,17 +89,25 @@ def result_header(benchmark: str, argv: Sequence[str] | None, quick: bool, targe
 @contextmanager
 def isolated_workdir(prefix: str) -> Iterator[Path]:
     """A temporary working folder that holds MLflow (its database and ``./mlruns`` artifacts)
-    and the run folders; the working directory and ``MLFLOW_TRACKING_URI`` are restored after."""
+    and the run folders. A relative ``$SALIENCE_DATA_DIR`` is made absolute before the change of
+    directory; the working directory and both variables are restored after."""
+    from recsys.data.raw import DATA_DIR_ENV, data_dir
+
     with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
         work = Path(tmp)
-        previous_cwd, previous_uri = os.getcwd(), os.environ.get("MLFLOW_TRACKING_URI")
+        previous_cwd = os.getcwd()
+        previous = {k: os.environ.get(k) for k in ("MLFLOW_TRACKING_URI", DATA_DIR_ENV)}
+        root = data_dir()
+        if root is not None:
+            os.environ[DATA_DIR_ENV] = str(root)
         os.chdir(work)
         os.environ["MLFLOW_TRACKING_URI"] = f"sqlite:///{work / 'mlflow.db'}"
         try:
             yield work
         finally:
             os.chdir(previous_cwd)
-            if previous_uri is None:
-                os.environ.pop("MLFLOW_TRACKING_URI", None)
-            else:
-                os.environ["MLFLOW_TRACKING_URI"] = previous_uri
+            for key, value in previous.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value

@@ -3,6 +3,7 @@
     python -m experiments.benchmarks.dims              # everything (needs SALIENCE_DATA_DIR)
     python -m experiments.benchmarks.dims --datasets frappe --seeds 1
     python -m experiments.benchmarks.dims --quick      # smoke run (not a result)
+    python -m experiments.benchmarks.dims --render experiments/results/dims.json   # re-derive verdicts and .md
 
 For every (dataset, backbone) run (Frappe, Criteo head-10k and MovieLens-100K with DCNv2,
 Criteo head-10k with DLRM too; the committed configs with fewer epochs, see ``RUNS``) and every
@@ -35,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.benchmarks._common import isolated_workdir, result_header
+from experiments.benchmarks._common import isolated_workdir, result_header, spread_of_difference, verdict
 from recsys.io import atomic_savefig, atomic_write_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -52,11 +53,11 @@ METHODS = tuple(f"uniform-{d}" for d in UNIFORM_DIMS) + ("mde", "dnis", "ihas")
 #: (dataset, arch) -> committed config and the overrides that fit the 20-minute budget
 RUNS: dict[str, dict[str, Any]] = {
     "frappe/dcnv2": {"dataset": "frappe", "arch": "dcnv2", "config": "frappe_dcnv2.yaml",
-                     "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.learning_rate=0.002"]},
+                     "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
     "criteo/dcnv2": {"dataset": "criteo", "arch": "dcnv2", "config": "criteo_dcnv2.yaml",
                      "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
     "movielens/dcnv2": {"dataset": "movielens", "arch": "dcnv2", "config": "movielens_dcnv2.yaml",
-                        "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.learning_rate=0.002"]},
+                        "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
     "criteo/dlrm": {"dataset": "criteo", "arch": "dlrm", "config": "criteo_dlrm.yaml",
                     "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
 }
@@ -191,6 +192,7 @@ def _summarise(points: list[dict[str, Any]], reference: int) -> dict[str, dict[s
             "auc_delta_vs_uniform16_mean": float(delta.mean()),
             "auc_delta_vs_uniform16_std": float(delta.std()),
             "test_logloss_mean": float(np.mean([p["test_logloss"] for p in ps])),
+            "seeds": len(ps),
             "seconds_mean": float(np.mean([p["seconds"] for p in ps])),
         }
         if "search_seconds" in ps[0]:
@@ -202,12 +204,26 @@ def _summarise(points: list[dict[str, Any]], reference: int) -> dict[str, dict[s
 
 
 def _verdicts(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The targets (mean test AUC within the tolerance; at least DNIS's) and, beside them, the
+    comparisons under the shared rule: better or worse only beyond the s.e. of the difference over
+    seeds (paired by seed against uniform-16), else a tie."""
     ref, dnis, ihas = summary[f"uniform-{REFERENCE_DIM}"], summary["dnis"], summary["ihas"]
     dnis_ok = (dnis["test_auc_mean"] >= ref["test_auc_mean"] - TARGETS["dnis_auc_tolerance_vs_uniform16"]
                and dnis["parameter_ratio"] <= TARGETS["dnis_parameter_ratio_max"])
+    def sample(row: dict[str, Any], key: str) -> dict[str, float]:
+        """``{"std", "n"}`` with the sample std (the summary's is ``np.std``, ddof=0)."""
+        n = int(row.get("seeds") or 1)
+        return {"std": row[key] * (n / (n - 1)) ** 0.5 if n > 1 else 0.0, "n": n}
+
+    paired = spread_of_difference(sample(dnis, "auc_delta_vs_uniform16_std"), {})
+    unpaired = spread_of_difference(sample(ihas, "test_auc_std"), sample(dnis, "test_auc_std"))
     return {
         "dnis_matches_uniform16_at_half": bool(dnis_ok),
+        "dnis_vs_uniform16": verdict(dnis["auc_delta_vs_uniform16_mean"], 0.0, paired),
+        "dnis_vs_uniform16_se": paired,
         "ihas_matches_dnis": bool(ihas["test_auc_mean"] >= dnis["test_auc_mean"]),
+        "ihas_vs_dnis": verdict(ihas["test_auc_mean"], dnis["test_auc_mean"], unpaired),
+        "ihas_vs_dnis_se": unpaired,
         "ihas_minus_dnis_auc": ihas["test_auc_mean"] - dnis["test_auc_mean"],
         "ihas_over_dnis_parameters": ihas["embedding_parameters_mean"] / dnis["embedding_parameters_mean"],
     }
@@ -256,6 +272,15 @@ def _pm(mean: float, std: float, digits: int = 4) -> str:
     return f"{mean:.{digits}f} +/- {std:.{digits}f}"
 
 
+def _se(v: dict[str, Any], key: str) -> str:
+    """`` (s.e. x, tie)``: the spread and the verdict of a comparison, when the result has them."""
+    return f" (s.e. {v[key + '_se']:.4f}, {v[key]})" if key in v else ""
+
+
+def _with_verdict(key: str, v: dict[str, Any]) -> str:
+    return f"{key} ({v['ihas_vs_dnis']} within the s.e.)" if v.get("ihas_vs_dnis") == "tie" else key
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Embedding dims: uniform, MDE, DNIS and iHAS at matched budgets",
@@ -267,7 +292,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"Budget of mde, dnis and ihas: half of the uniform-16 model's embedding parameters. Targets: DNIS test AUC "
         f">= uniform-16's - {TARGETS['dnis_auc_tolerance_vs_uniform16']} with <= {TARGETS['dnis_parameter_ratio_max']}x "
         "its embedding parameters; iHAS test AUC >= DNIS's at the same budget on at least one run. Means +/- std over "
-        "seeds; the AUC delta is paired by seed. Cost: search seconds / the seconds of one plain training run "
+        "seeds; the AUC delta is paired by seed. A comparison is better or worse only beyond the standard error of "
+        "the difference over seeds (paired against uniform-16), else a tie. Cost: search seconds / the seconds of one "
+        "plain training run "
         "(uniform-16, same seed and epochs); for iHAS the retraining of the cluster models replaces the plain retrain.",
         "",
         "![parameters vs AUC](dims.png)",
@@ -297,10 +324,11 @@ def to_markdown(result: dict[str, Any]) -> str:
         d = s["dnis"]
         lines += [
             "",
-            f"- DNIS vs uniform-16: {d['parameter_ratio']:.3f}x the parameters, AUC {d['auc_delta_vs_uniform16_mean']:+.4f}: "
-            f"**{'met' if v['dnis_matches_uniform16_at_half'] else 'NOT met'}**",
-            f"- iHAS vs DNIS: AUC {v['ihas_minus_dnis_auc']:+.4f} at {v['ihas_over_dnis_parameters']:.3f}x DNIS's parameters: "
-            f"**{'matches' if v['ihas_matches_dnis'] else 'below'}**",
+            f"- DNIS vs uniform-16: {d['parameter_ratio']:.3f}x the parameters, AUC {d['auc_delta_vs_uniform16_mean']:+.4f}"
+            f"{_se(v, 'dnis_vs_uniform16')}: **{'met' if v['dnis_matches_uniform16_at_half'] else 'NOT met'}**",
+            f"- iHAS vs DNIS: AUC {v['ihas_minus_dnis_auc']:+.4f}{_se(v, 'ihas_vs_dnis')} at "
+            f"{v['ihas_over_dnis_parameters']:.3f}x DNIS's parameters: "
+            f"**{v.get('ihas_vs_dnis') or ('matches' if v['ihas_matches_dnis'] else 'below')}**",
             "",
         ]
     o = result.get("overall")
@@ -312,12 +340,44 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"**{'met' if o['dnis_target_met'] else 'NOT met'}** (met on: {', '.join(o['dnis_met_on']) or 'none'}; "
             f"missed on: {', '.join(o['dnis_missed_on']) or 'none'})",
             f"- iHAS at least matches DNIS's AUC at the same budget on at least one run: "
-            f"**{'met' if o['ihas_target_met'] else 'NOT met'}** (matches on: {', '.join(o['ihas_matches_on']) or 'none'})",
+            f"**{'met' if o['ihas_target_met'] else 'NOT met'}** (matches on: "
+            f"{', '.join(_with_verdict(k, result['runs'][k]['verdicts']) for k in o['ihas_matches_on']) or 'none'})",
             "",
         ]
     if result.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(lines)
+
+
+def _overall(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    dnis_met = [k for k, r in runs.items() if r["verdicts"]["dnis_matches_uniform16_at_half"]]
+    ihas_on = [k for k, r in runs.items() if r["verdicts"]["ihas_matches_dnis"]]
+    return {
+        "dnis_target_met": len(dnis_met) == len(runs),
+        "dnis_met_on": dnis_met,
+        "dnis_missed_on": [k for k in runs if k not in dnis_met],
+        "ihas_target_met": len(ihas_on) >= TARGETS["ihas_matches_dnis_on_at_least"],
+        "ihas_matches_on": ihas_on,
+    }
+
+
+def _render(path: Path) -> int:
+    """Recompute the verdicts of a results JSON from its summaries; rewrite it and its markdown."""
+    import json
+
+    from recsys.io import atomic_write_json
+
+    result = json.loads(path.read_text())
+    for run in result["runs"].values():
+        for row in run["summary"].values():
+            row.setdefault("seeds", len(run["seeds"]))
+        run["verdicts"] = _verdicts(run["summary"])
+    if result["runs"]:
+        result["overall"] = _overall(result["runs"])
+    atomic_write_json(path, result)
+    atomic_write_text(path.with_suffix(".md"), to_markdown(result).replace("(dims.png)", f"({path.stem}.png)"))
+    print(f"wrote {path} (verdicts) and {path.with_suffix('.md')}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -329,7 +389,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: Criteo head-10k (DCNv2 and DLRM), 1 seed, 1 epoch (not a result)")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="only recompute the verdicts of this results JSON and re-render its markdown")
     args = parser.parse_args(argv)
+    if args.render is not None:
+        return _render(args.render)
 
     import warnings
 
@@ -355,15 +419,7 @@ def main(argv: list[str] | None = None) -> int:
             result["runs"][key] = run_one(key, work, seeds, args.quick)
     runs = result["runs"]
     if runs:
-        dnis_met = [k for k, r in runs.items() if r["verdicts"]["dnis_matches_uniform16_at_half"]]
-        ihas_on = [k for k, r in runs.items() if r["verdicts"]["ihas_matches_dnis"]]
-        result["overall"] = {
-            "dnis_target_met": len(dnis_met) == len(runs),
-            "dnis_met_on": dnis_met,
-            "dnis_missed_on": [k for k in runs if k not in dnis_met],
-            "ihas_target_met": len(ihas_on) >= TARGETS["ihas_matches_dnis_on_at_least"],
-            "ihas_matches_on": ihas_on,
-        }
+        result["overall"] = _overall(runs)
         plot(runs, args.output_dir / f"{name}.png")
     result["seconds"] = round(time.perf_counter() - start, 1)
     from recsys.io import atomic_write_json

@@ -8,7 +8,9 @@ store) and writes ``experiments/results/pipeline.{json,md}``: every stage's wall
 comparison of the original and the final model (features, embedding parameters, test AUC and log
 loss, export size, exported-model latency at batch 1 and 1024), with the issue's targets: fewer
 features, fewer embedding parameters, test AUC within 0.002 of the original (a final model that
-is better by more than that counts as met). The HTML report is copied next to the results.
+is better by more than that counts as met). The HTML report is copied next to the results. Paths
+in the JSON and the report are relative to the repository or to the pipeline's temporary output
+folder.
 """
 
 from __future__ import annotations
@@ -115,9 +117,10 @@ def main(argv: list[str] | None = None) -> int:
 
     import json
 
-    from experiments.cli import configure_logging
     from experiments.pipeline import PipelineConfig, run_pipeline
+    from experiments.pipeline.paths import portable_path, portable_paths
     from recsys.io import atomic_write_json, atomic_write_text
+    from recsys.runtime import configure_logging
 
     configure_logging()  # the stages' progress lines
     config = PipelineConfig.load(args.config.resolve())
@@ -129,14 +132,16 @@ def main(argv: list[str] | None = None) -> int:
         state = json.loads((work / "pipeline" / "pipeline_state.json").read_text())
         out_dir.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(results["report"]["report"], out_dir / f"{args.name}_report.html")
+    pipeline_dir = work / "pipeline"  # deleted with the working folder: the JSON names paths relative to it
     result = {
         **result_header("pipeline", argv, False, TARGETS),
         "pipeline": config.name,
-        "config": str(args.config.resolve().relative_to(ROOT)) if args.config.resolve().is_relative_to(ROOT) else str(args.config),
+        "config": portable_path(args.config.resolve(), pipeline_dir),
+        "paths": "relative to the repository, or to the pipeline's (temporary) output folder",
         "seconds": round(time.perf_counter() - start, 1),
         "stage_seconds": {name: {"seconds": s["seconds"]} for name, s in state["stages"].items()},
-        "stages": {k: v for k, v in results.items() if k not in ("compare", "report")},
-        "compare": results["compare"],
+        "stages": portable_paths({k: v for k, v in results.items() if k not in ("compare", "report")}, pipeline_dir),
+        "compare": portable_paths(results["compare"], pipeline_dir),
         "verdicts": verdicts(results["compare"]),
     }
     atomic_write_json(out_dir / f"{args.name}.json", result, default=str)

@@ -158,12 +158,12 @@ def criteo_schema(cards: list[int], dim: int) -> Any:
 
 def build(cfg: ShardingBenchConfig) -> Any:
     """The DCNv2 of every arm (same seed: the same initial weights in every process)."""
+    from recsys.models import DCNv2
     from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
-    from recsys.train.module import build_model
 
     torch.manual_seed(cfg.seed)
     sparse = SparseArchConfig(kernel=EmbeddingKernel.FUSED, fused_optimizer=FusedOptimizer.ROWWISE_ADAGRAD, fused_lr=cfg.emb_lr)
-    return build_model("dcnv2", criteo_schema(cardinalities(cfg), cfg.embedding_dim), dict(ARCH_ARGS), sparse)
+    return DCNv2(criteo_schema(cardinalities(cfg), cfg.embedding_dim), sparse, **ARCH_ARGS)
 
 
 def global_batches(cfg: ShardingBenchConfig) -> list[Any]:
@@ -383,7 +383,7 @@ def _worker(rank: int, arm: str, world: int, port: int, cfg_json: str, out_dir: 
         if world > 1:
             dist.destroy_process_group()
         raise
-    from experiments.cli import exit_distributed
+    from recsys.runtime import exit_distributed
 
     exit_distributed(0)  # without the teardown that can abort a finished distributed process
 

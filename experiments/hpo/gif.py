@@ -22,8 +22,7 @@ Steps 1, 4 and 5 improve on the paper-derived design of methods.md 6.2 where our
 so (``experiments/results/hpo.md``): the probes rank parameters far better than PED-ANOVA on
 a space-filling sample, proportional allocation starved the many-parameter tail groups, and TPE
 conditioned on all trials was misled by trials whose fixed parameters differed. The literal
-design is ``GIFSampler(B, warmup="lhs", evaluator="ped-anova", allocation="proportional",
-group_history="all")`` (``make_sampler("gif-paper")``).
+design is ``GIFSampler(B, config=GIFConfig.preset("paper"))`` (``make_sampler("gif-paper")``).
 
 Every decision is a function of the study's storage, never of one process's memory: a trial's
 phase follows from its number and the schedule, which is computed once from the warm-start
@@ -38,8 +37,10 @@ one schedule, and a killed study resumes where it stopped::
     study.optimize(objective, n_trials=200)
     read_schedule(study).table()   # importance, rank and group of every parameter
 
-The ablation switches (``grouping="random"``, ``allocation="proportional"``, ``fallback=0``)
-and :class:`SequentialGroupingSampler` (GSOS) share this one implementation.
+The options are one frozen :class:`~experiments.hpo.gif_config.GIFConfig`; the ablations
+(``grouping="random"``, ``allocation="proportional"``, ``fallback=0``) and
+:class:`SequentialGroupingSampler` (GSOS) are its named presets (``GIFConfig.preset("no-hia")``)
+and share this one implementation.
 """
 
 from __future__ import annotations
@@ -63,15 +64,22 @@ from optuna.search_space import intersection_search_space
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 
+from experiments.hpo.gif_config import GIF_PRESETS, Allocation, GIFConfig, GroupHistory, Grouping, Warmup
 from experiments.hpo.importance import make_evaluator, unit_encode
 
 __all__ = [
+    "GIF_PRESETS",
     "GROUP_ATTR",
     "PHASE_ATTR",
     "SCHEDULE_ATTR",
+    "Allocation",
+    "GIFConfig",
     "GIFSampler",
+    "GroupHistory",
+    "Grouping",
     "Schedule",
     "SequentialGroupingSampler",
+    "Warmup",
     "read_schedule",
     "trial_phase",
 ]
@@ -184,83 +192,38 @@ class GIFSampler(BaseSampler):
         n_trials: the total budget ``B`` the schedule is planned for.
         seed: seed of the warm-start design, the grouping and TPE. Give one when several
             processes share a study (without it the first process stores a random one).
-        n_warmup: space-filling warm-start trials (``lhs+oat``: the Latin hypercube before the
-            probes; otherwise the whole warm start). Default: see the module docstring.
-        warmup: ``lhs+oat`` (Latin hypercube, then one-at-a-time probes), ``lhs`` (Latin
-            hypercube; works for dynamic spaces and parallel workers), ``sobol`` (Optuna's
-            ``QMCSampler``) or ``random``.
-        evaluator: ``auto`` (``elementary-effects`` with probes, else ``ped-anova``),
-            ``ped-anova``, ``fanova``, ``rrelieff``, ``mdi``, ``elementary-effects`` or an Optuna
-            ``BaseImportanceEvaluator``.
-        n_groups: at most this many groups.
-        group_mass: cumulative importance at which a new group starts (``n_groups - 1`` cuts).
-        grouping: ``importance`` (cut by cumulative mass), ``equal`` (importance order, equal
-            sizes) or ``random`` (no importance assessment: shuffled parameters, equal sizes).
-        allocation: ``uniform`` (equal budgets) or ``proportional`` to group importance.
-        fallback: fraction of ``B`` for the final full-space search (0 turns it off).
-        min_group_trials: least trials a group gets.
-        n_bootstrap: average the importance over this many bootstrap resamples (1 = none).
-        wait_timeout: seconds to wait for unfinished warm-start trials (other workers) before
-            the schedule is assessed without them. Use 0 with ask-and-tell batches.
-        group_history: trials TPE conditions on in a group phase: ``phase`` (the phase's own
-            trials plus the incumbent) or ``all``.
-        group_startup_trials: trials of a group phase (with ``group_history="phase"``) before
-            its multivariate TPE model takes over; until then the group's parameters are drawn
-            by univariate TPE on every trial.
+        config: the options (:class:`~experiments.hpo.gif_config.GIFConfig`; default
+            ``GIFConfig()``, or a preset such as ``GIFConfig.preset("no-hia")``).
+        **options: :class:`~experiments.hpo.gif_config.GIFConfig` fields overriding ``config``
+            (``GIFSampler(B, allocation="proportional")``).
     """
 
     def __init__(
-        self,
-        n_trials: int,
-        *,
-        seed: int | None = None,
-        n_warmup: int | None = None,
-        warmup: str = "lhs+oat",
-        evaluator: str | BaseImportanceEvaluator = "auto",
-        n_groups: int = 3,
-        group_mass: Sequence[float] = (0.6, 0.9),
-        grouping: str = "importance",
-        allocation: str = "uniform",
-        fallback: float = 0.15,
-        min_group_trials: int = 3,
-        n_bootstrap: int = 1,
-        wait_timeout: float = 600.0,
-        group_history: str = "phase",
-        group_startup_trials: int = 3,
+        self, n_trials: int, *, seed: int | None = None, config: GIFConfig | None = None, **options: Any
     ) -> None:
         if n_trials < 1:
             raise ValueError(f"n_trials must be at least 1, got {n_trials}")
-        if warmup not in ("lhs+oat", "lhs", "sobol", "random"):
-            raise ValueError(f"warmup must be 'lhs+oat', 'lhs', 'sobol' or 'random', got {warmup!r}")
-        if grouping not in ("importance", "equal", "random"):
-            raise ValueError(f"grouping must be 'importance', 'equal' or 'random', got {grouping!r}")
-        if group_history not in ("phase", "all"):
-            raise ValueError(f"group_history must be 'phase' or 'all', got {group_history!r}")
-        if allocation not in ("proportional", "uniform"):
-            raise ValueError(f"allocation must be 'proportional' or 'uniform', got {allocation!r}")
-        if not 0.0 <= fallback < 1.0:
-            raise ValueError(f"fallback must be a fraction in [0, 1), got {fallback}")
-        if n_groups < 1 or len(group_mass) < n_groups - 1 or any(not 0 < m < 1 for m in group_mass):
-            raise ValueError(f"need n_groups >= 1 and n_groups - 1 cut points in (0, 1), got {n_groups}, {list(group_mass)}")
-        if n_warmup is not None and n_warmup < 1:
-            raise ValueError(f"n_warmup must be at least 1, got {n_warmup}")
+        config = (config or GIFConfig()).replace(**options)
+        self.config = config
         self.n_trials = int(n_trials)
         self.seed = seed
-        self.n_warmup = None if n_warmup is None else min(int(n_warmup), self.n_trials)
-        if n_warmup is not None and n_warmup > n_trials:
-            log.warning("n_warmup=%d exceeds the budget n_trials=%d: the whole budget is warm start", n_warmup, n_trials)
-        self.warmup = warmup
-        self.evaluator = evaluator
-        self.n_groups = int(n_groups)
-        self.group_mass = sorted(float(m) for m in group_mass)[: self.n_groups - 1]
-        self.grouping = grouping
-        self.allocation = allocation
-        self.fallback = float(fallback)
-        self.min_group_trials = int(min_group_trials)
-        self.n_bootstrap = max(1, int(n_bootstrap))
-        self.wait_timeout = float(wait_timeout)
-        self.group_history = group_history
-        self.group_startup_trials = int(group_startup_trials)
+        self.n_warmup = None if config.n_warmup is None else min(int(config.n_warmup), self.n_trials)
+        if config.n_warmup is not None and config.n_warmup > n_trials:
+            log.warning(
+                "n_warmup=%d exceeds the budget n_trials=%d: the whole budget is warm start", config.n_warmup, n_trials
+            )
+        self.warmup = config.warmup
+        self.evaluator = config.evaluator
+        self.n_groups = int(config.n_groups)
+        self.group_mass = sorted(float(m) for m in config.group_mass)[: self.n_groups - 1]
+        self.grouping = config.grouping
+        self.allocation = config.allocation
+        self.fallback = float(config.fallback)
+        self.min_group_trials = int(config.min_group_trials)
+        self.n_bootstrap = max(1, int(config.n_bootstrap))
+        self.wait_timeout = float(config.wait_timeout)
+        self.group_history = config.group_history
+        self.group_startup_trials = int(config.group_startup_trials)
         self._plans: dict[int, _Plan] = {}
         self._schedule: Schedule | None = None
         self._warm_cache: _Warmup | None = None
@@ -277,7 +240,7 @@ class GIFSampler(BaseSampler):
             multivariate=True, seed=seed, constant_liar=True, n_startup_trials=self.group_startup_trials
         )
         self._random = RandomSampler(seed=seed)
-        self._qmc = QMCSampler(qmc_type="sobol", scramble=True, seed=seed) if self.warmup == "sobol" else None
+        self._qmc = QMCSampler(qmc_type="sobol", scramble=True, seed=seed) if self.warmup is Warmup.SOBOL else None
 
     def reseed_rng(self) -> None:
         self._tpe.reseed_rng()
@@ -304,7 +267,7 @@ class GIFSampler(BaseSampler):
 
     def _warmup_bounds(self) -> tuple[int, int]:
         """Least ``n0`` before the number of parameters is known, and the Latin-hypercube size."""
-        if self.warmup == "lhs+oat":
+        if self.warmup is Warmup.LHS_OAT:
             return self._lhs_size(), self._lhs_size()
         if self.n_warmup is not None:
             return self.n_warmup, self.n_warmup
@@ -318,16 +281,17 @@ class GIFSampler(BaseSampler):
         attrs = study._storage.get_study_system_attrs(study._study_id)
         if N_WARMUP_ATTR not in attrs:
             low, _ = self._warmup_bounds()
-            if self.warmup != "lhs+oat" and self.n_warmup is not None:
+            if self.warmup is not Warmup.LHS_OAT and self.n_warmup is not None:
                 layout = _Warmup(self.n_warmup, self.n_warmup, 0)
             else:
                 (first,) = self._wait_finished(study, [0]) or [None]
                 d = len(first.distributions) if first is not None else 1
-                if self.warmup == "lhs+oat" and low + d <= 0.4 * self.n_trials:
+                if self.warmup is Warmup.LHS_OAT and low + d <= 0.4 * self.n_trials:
                     layout = _Warmup(low + d, low, d)
                 else:  # one-at-a-time probes do not fit the budget: a plain space-filling start
                     n_lhs = min(max(2 * d, math.ceil(0.1 * self.n_trials)), max(1, self.n_trials // 4))
-                    layout = _Warmup(max(n_lhs, low if self.warmup == "lhs+oat" else 1), low if self.warmup == "lhs+oat" else n_lhs, 0)
+                    oat = self.warmup is Warmup.LHS_OAT
+                    layout = _Warmup(max(n_lhs, low if oat else 1), low if oat else n_lhs, 0)
             study._storage.set_study_system_attr(study._study_id, N_WARMUP_ATTR, asdict(layout))
             attrs = study._storage.get_study_system_attrs(study._study_id)
         self._warm_cache = _Warmup(**attrs[N_WARMUP_ATTR])
@@ -397,7 +361,7 @@ class GIFSampler(BaseSampler):
             plain.note = f"no budget left for groups after {n0} warm-start and {n_fb} fallback trials"
             return plain
         seed = self._study_seed(study)
-        if self.grouping == "random":
+        if self.grouping is Grouping.RANDOM:
             order = list(np.random.default_rng(seed).permutation(params))
             importance = {p: 1.0 / len(params) for p in order}
             evaluator = "none"
@@ -415,7 +379,7 @@ class GIFSampler(BaseSampler):
                 return plain
         groups = self._group(list(importance), importance)
         weights = [sum(importance[p] for p in g) for g in groups]
-        if self.allocation == "uniform":
+        if self.allocation is Allocation.UNIFORM:
             weights = [1.0] * len(groups)
         budgets, groups = self._allocate(rest, weights, groups)
         n_fb = self.n_trials - n0 - sum(budgets)
@@ -450,7 +414,7 @@ class GIFSampler(BaseSampler):
         return dict(sorted(((p, v / mass) for p, v in total.items()), key=lambda kv: -kv[1]))
 
     def _group(self, order: list[str], importance: dict[str, float]) -> list[list[str]]:
-        if self.grouping == "importance":
+        if self.grouping is Grouping.IMPORTANCE:
             groups: list[list[str]] = [[] for _ in range(self.n_groups)]
             cumulative = 0.0
             for p in order:
@@ -515,7 +479,7 @@ class GIFSampler(BaseSampler):
             self._plans[trial._trial_id] = plan
         if plan.phase != WARMUP:
             plan.tpe = self._trial_tpe(study, plan)
-        if plan.phase == WARMUP and self.warmup in ("sobol", "random"):
+        if plan.phase == WARMUP and self.warmup in (Warmup.SOBOL, Warmup.RANDOM):
             (self._qmc or self._random).before_trial(study, trial)
         else:
             (plan.tpe or self._tpe).before_trial(study, trial)
@@ -525,7 +489,7 @@ class GIFSampler(BaseSampler):
         TPE seeded once would draw the same candidates for their concurrent trials (the model
         is rebuilt from storage every trial, so the generator is its only state)."""
         seed = int(np.random.SeedSequence([self._study_seed(study) % 2**32, plan.number]).generate_state(1)[0])
-        template = self._group_tpe if plan.phase == GROUP and self.group_history == "phase" else self._tpe
+        template = self._group_tpe if plan.phase == GROUP and self.group_history is GroupHistory.PHASE else self._tpe
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return TPESampler(
@@ -572,7 +536,7 @@ class GIFSampler(BaseSampler):
         plan = self._plan_of(trial)
         if plan.phase == WARMUP:
             return self._qmc.sample_relative(study, trial, search_space) if self._qmc is not None else {}
-        if plan.phase == GROUP and self.group_history == "phase":
+        if plan.phase == GROUP and self.group_history is GroupHistory.PHASE:
             return (plan.tpe or self._group_tpe).sample_relative(_HistoryView(study, plan), trial, search_space)
         return (plan.tpe or self._tpe).sample_relative(study, trial, search_space)
 
@@ -582,7 +546,7 @@ class GIFSampler(BaseSampler):
             if param_name in plan.fixed and _fits(plan.fixed[param_name], param_distribution):
                 base = plan.fixed[param_name]
                 return _moved(base, param_distribution) if param_name == plan.probe else base
-            if self.warmup in ("lhs", "lhs+oat") and not plan.random:
+            if self.warmup in (Warmup.LHS, Warmup.LHS_OAT) and not plan.random:
                 _, n_strata = self._warmup_bounds()
                 return _lhs_value(self._study_seed(study), param_name, trial.number, n_strata, param_distribution)
             return self._random.sample_independent(study, trial, param_name, param_distribution)
@@ -600,9 +564,10 @@ class SequentialGroupingSampler(GIFSampler):
     """Sequential Grouping (GSOS), the baseline GIF improves on: groups of equal size in
     importance order, equal budgets, no full-space fallback."""
 
-    def __init__(self, n_trials: int, *, seed: int | None = None, **kwargs: Any) -> None:
-        kwargs = {"grouping": "equal", "allocation": "uniform", "fallback": 0.0, **kwargs}
-        super().__init__(n_trials, seed=seed, **kwargs)
+    def __init__(
+        self, n_trials: int, *, seed: int | None = None, config: GIFConfig | None = None, **options: Any
+    ) -> None:
+        super().__init__(n_trials, seed=seed, config=config or GIFConfig.preset("sg"), **options)
 
 
 class _HistoryView:

@@ -1,4 +1,4 @@
-"""Hyperparameter importance: an N-RReliefF evaluator and one factory for every evaluator GIF uses.
+"""Hyperparameter importance: an N-RReliefF evaluator and one registry of the evaluators GIF uses.
 
 N-RReliefF (methods.md 7.3) is RReliefF (Robnik-Šikonja and Kononenko, 1997) for a regression
 target, with the weights clipped at zero and normalised to sum to one: a hyperparameter matters
@@ -15,7 +15,9 @@ conditional parameters (absent counts as its own value)::
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
+from typing import ClassVar
 
 import numpy as np
 import optuna
@@ -23,31 +25,97 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.importance import BaseImportanceEvaluator
 from optuna.trial import FrozenTrial, TrialState
 
-__all__ = ["EVALUATORS", "ElementaryEffectsImportanceEvaluator", "NRReliefFImportanceEvaluator", "make_evaluator", "unit_encode"]
+from recsys.registry import Registered
 
-#: names accepted by :func:`make_evaluator`
-EVALUATORS = ("ped-anova", "fanova", "rrelieff", "mdi", "elementary-effects")
+__all__ = [
+    "ElementaryEffectsImportanceEvaluator",
+    "EvaluatorChoice",
+    "NRReliefFImportanceEvaluator",
+    "make_evaluator",
+    "unit_encode",
+]
+
+
+class EvaluatorChoice(Registered, ABC):
+    """An importance evaluator GIF can be given by name: one subclass per name (plus its
+    ``aliases``), each building the evaluator."""
+
+    kind: ClassVar[str] = "importance evaluator"
+    _registry: ClassVar[dict[str, type[Registered]]] = {}
+    #: other accepted spellings of ``name``
+    aliases: ClassVar[tuple[str, ...]] = ()
+
+    @abstractmethod
+    def build(self, seed: int | None = None) -> BaseImportanceEvaluator:
+        """The evaluator (``seed`` for the randomised ones)."""
+
+    @classmethod
+    def resolve(cls, name: str) -> str:
+        """The registered name of ``name`` or one of its aliases (case and ``_``/``-``
+        insensitive); an unknown name is an error listing the registered ones."""
+        key = str(name).lower().replace("_", "-")
+        for registered, choice in cls._registry.items():
+            if key == registered or key in getattr(choice, "aliases", ()):
+                return registered
+        raise ValueError(f"unknown {cls.kind} {name!r}; available: {cls.registered_names()}")
+
+
+class PedAnova(EvaluatorChoice):
+    """Optuna's default, PED-ANOVA."""
+
+    name = "ped-anova"
+    aliases = ("pedanova", "ped")
+
+    def build(self, seed: int | None = None) -> BaseImportanceEvaluator:
+        return optuna.importance.PedAnovaImportanceEvaluator()
+
+
+class Fanova(EvaluatorChoice):
+    """fANOVA: random-forest variance decomposition."""
+
+    name = "fanova"
+
+    def build(self, seed: int | None = None) -> BaseImportanceEvaluator:
+        return optuna.importance.FanovaImportanceEvaluator(seed=seed)
+
+
+class RReliefF(EvaluatorChoice):
+    """:class:`NRReliefFImportanceEvaluator`."""
+
+    name = "rrelieff"
+    aliases = ("n-rrelieff", "relieff")
+
+    def build(self, seed: int | None = None) -> BaseImportanceEvaluator:
+        return NRReliefFImportanceEvaluator()
+
+
+class MeanDecreaseImpurity(EvaluatorChoice):
+    """Mean decrease in impurity of a random forest."""
+
+    name = "mdi"
+
+    def build(self, seed: int | None = None) -> BaseImportanceEvaluator:
+        return optuna.importance.MeanDecreaseImpurityImportanceEvaluator(seed=seed)
+
+
+class ElementaryEffects(EvaluatorChoice):
+    """:class:`ElementaryEffectsImportanceEvaluator`."""
+
+    name = "elementary-effects"
+    aliases = ("oat", "morris")
+
+    def build(self, seed: int | None = None) -> BaseImportanceEvaluator:
+        return ElementaryEffectsImportanceEvaluator()
 
 
 def make_evaluator(name: str | BaseImportanceEvaluator, seed: int | None = None) -> BaseImportanceEvaluator:
-    """An importance evaluator by name: ``ped-anova`` (Optuna's default), ``fanova`` (random
-    forest variance decomposition), ``rrelieff`` (:class:`NRReliefFImportanceEvaluator`) or
-    ``mdi`` (mean decrease in impurity) or ``elementary-effects``
-    (:class:`ElementaryEffectsImportanceEvaluator`); an evaluator instance is returned as is."""
+    """An importance evaluator by registered name (:class:`EvaluatorChoice`: ``ped-anova``,
+    ``fanova``, ``rrelieff``, ``mdi``, ``elementary-effects``, or an alias); an evaluator
+    instance is returned as is."""
     if isinstance(name, BaseImportanceEvaluator):
         return name
-    key = str(name).lower().replace("_", "-")
-    if key in ("ped-anova", "pedanova", "ped"):
-        return optuna.importance.PedAnovaImportanceEvaluator()
-    if key == "fanova":
-        return optuna.importance.FanovaImportanceEvaluator(seed=seed)
-    if key in ("rrelieff", "n-rrelieff", "relieff"):
-        return NRReliefFImportanceEvaluator()
-    if key in ("elementary-effects", "oat", "morris"):
-        return ElementaryEffectsImportanceEvaluator()
-    if key == "mdi":
-        return optuna.importance.MeanDecreaseImpurityImportanceEvaluator(seed=seed)
-    raise ValueError(f"unknown importance evaluator {name!r}; choose one of {', '.join(EVALUATORS)}")
+    choice: EvaluatorChoice = EvaluatorChoice.create(EvaluatorChoice.resolve(name))
+    return choice.build(seed=seed)
 
 
 def _finite_trials(study: optuna.Study, target: Callable[[FrozenTrial], float] | None) -> list[tuple[FrozenTrial, float]]:

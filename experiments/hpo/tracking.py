@@ -63,6 +63,11 @@ PARENT_ATTR = "mlflow_parent_run_id"
 #: trial user attr naming a run the objective already tracks for the trial
 RUN_ATTR = "mlflow_run_id"
 
+#: ``recsys.tracking.EXPERIMENT_KIND_TAG`` and ``MODEL_TRAINING_KIND`` (the MLflow UI opens the experiment
+#: on its runs table), repeated because importing ``recsys.tracking`` imports Lightning (slow; a
+#: tracker of a plain Optuna study does not need it); tests/experiments/hpo/test_tracking.py checks both
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+MODEL_TRAINING_KIND = "custom_model_development"
 _STATUS = {TrialState.COMPLETE: "FINISHED", TrialState.PRUNED: "KILLED", TrialState.FAIL: "FAILED"}
 _PHASE_COLORS = {"warmup": "tab:gray", "group": "tab:blue", "fallback": "tab:orange"}
 _RACE_WINDOW_MS = 60_000  # candidates further apart than this belong to different study instances
@@ -252,7 +257,9 @@ class StudyTracker:
         now = int(time.time() * 1000)
         logged = self.client.get_run(parent).data.params
         direction = ",".join(d.name.lower() for d in study.directions)
-        params = {"sampler": type(study.sampler).__name__, "direction": direction}
+        # the sampler the study was run with (a study loaded to finalize carries a default one)
+        sampler = study.user_attrs.get("sampler") or type(study.sampler).__name__
+        params = {"sampler": str(sampler), "direction": direction}
         metrics = [Metric("n_trials", len(trials), now, 0)]
         metrics += [Metric(f"n_{s.name.lower()}", sum(t.state == s for t in trials), now, 0) for s in TrialState]
         if len(study.directions) == 1:
@@ -287,7 +294,8 @@ class StudyTracker:
 
 
 def _connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
-    """A client on ``uri`` and the id of ``experiment`` (created if missing)."""
+    """A client on ``uri`` and the id of ``experiment`` (created if missing), marked as a
+    model-training experiment as :func:`recsys.tracking.experiment_id` does."""
     from mlflow import MlflowClient
 
     try:
@@ -296,11 +304,15 @@ def _connect(uri: str, experiment: str) -> tuple[MlflowClient, str]:
             exp = client.get_experiment_by_name(experiment)
             if exp is None:
                 try:
-                    return client, client.create_experiment(experiment)
+                    kind_tag = {EXPERIMENT_KIND_TAG: MODEL_TRAINING_KIND}
+                    return client, client.create_experiment(experiment, tags=kind_tag)
                 except Exception:  # created by a worker on another host meanwhile
                     exp = client.get_experiment_by_name(experiment)
                     if exp is None:
                         raise
+            kind = exp.tags.get(EXPERIMENT_KIND_TAG)
+            if exp.lifecycle_stage == "active" and (kind is None or kind.endswith("_inferred")):
+                client.set_experiment_tag(exp.experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
     except Exception as exc:
         raise RuntimeError(
             f"MLflow tracking backend {uri!r} is unreachable ({type(exc).__name__}: {exc}); "

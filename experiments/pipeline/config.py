@@ -203,18 +203,19 @@ class PipelineConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> PipelineConfig:
-        import yaml
+        """Read a pipeline file (YAML; JSON for ``.json``); every error is a :class:`PipelineConfigError`."""
+        from recsys.artifacts import read_artifact
 
         path = Path(path)
         if not path.is_file():
             raise PipelineConfigError(f"pipeline config not found: {path}")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as e:
-            raise PipelineConfigError(f"{path}: not valid YAML: {e}") from None
-        if not isinstance(data, Mapping):
-            raise PipelineConfigError(f"{path}: expected a mapping of pipeline settings, got {type(data).__name__}")
-        return cls.from_dict(data, str(path))
+        return cls.from_dict(read_artifact(path, "pipeline config", PipelineConfigError, default_format="yaml"), str(path))
+
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` atomically (YAML; JSON for ``.json``); returns the path."""
+        from recsys.artifacts import plain, write_artifact
+
+        return write_artifact(path, plain(self.to_dict()), default_format="yaml")
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)

@@ -13,12 +13,14 @@ import html
 import io
 import json
 import math
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from experiments.pipeline.paths import portable_path, shown_folder
 from recsys.io import atomic_write_text
 
 if TYPE_CHECKING:
@@ -52,6 +54,11 @@ def _dig(data: Any, *keys: str) -> Any:
     for key in keys:
         data = data.get(key) if isinstance(data, dict) else None
     return data
+
+
+def _path(value: Any, out: Path) -> str:
+    """A path of a stage result, relative to the run folder or the repository (``n/a`` if none)."""
+    return "n/a" if not value else portable_path(str(value), out)
 
 
 def _real(x: Any) -> float | None:
@@ -140,7 +147,7 @@ def _header(out: Path) -> tuple[str, str]:
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         f"<h1>Pipeline report: {_e(name)}</h1>",
-        f'<p class="muted">generated {_e(now)} from {_e(out)}</p>',
+        f'<p class="muted">generated {_e(now)} from {_e(shown_folder(out))}</p>',
         _table(["item", "value"], [["MLflow parent run", state.get("parent_run_id") or "n/a"],
                                    ["config sha", state.get("config_sha") or "n/a"]]),
         "<h3>Stage timings</h3>",
@@ -148,9 +155,16 @@ def _header(out: Path) -> tuple[str, str]:
         if rows else _p("no stage has finished yet", "muted"),
     ]
     if (out / "config.yaml").is_file():
-        parts.append(f"<details><summary>resolved config</summary><pre>{_e((out / 'config.yaml').read_text())}</pre>"
+        parts.append(f"<details><summary>resolved config</summary><pre>{_e(_config_text(out))}</pre>"
                      "</details>")
     return name, "\n".join(parts)
+
+
+def _config_text(out: Path) -> str:
+    """``config.yaml`` with its ``output`` folder named as :func:`shown_folder` does."""
+    text = (out / "config.yaml").read_text()
+    return re.sub(r"^output: (/.*|[A-Za-z]:\\.*)$", lambda m: f"output: {shown_folder(m.group(1).strip())}", text,
+                  flags=re.M)
 
 
 # -- sections (each returns None when its stage did not run) -------------------------------------
@@ -310,7 +324,7 @@ def _tuning(out: Path) -> str | None:
               for i, v in enumerate(values) if _real(v) is not None]
     parts = [_p(f"sampler {result.get('sampler', 'n/a')}, {result.get('n_trials', len(values))} trials; best "
                 f"validation AUC {_num(result.get('best_value'))} at trial {result.get('best_trial', 'n/a')}; "
-                f"best config {result.get('best_config') or 'n/a'}")]
+                f"best config {_path(result.get('best_config'), out)}")]
     if result.get("chosen"):
         parts.append(_p(f"the config's own hyperparameters reach {_num(result.get('incumbent_val_auc'))} on the same "
                         f"trial budget; the final model uses the {result['chosen']} config"))
@@ -352,9 +366,10 @@ def _final(out: Path) -> str | None:
         return None
     orig = _load(out / "original" / "result.json") or {}
     fields: list[tuple[str, str, Callable[[Any], str]]] = [
-        ("export directory", "export_dir", str), ("export size", "export_bytes", _bytes),
+        ("export directory", "export_dir", lambda v: _path(v, out)), ("export size", "export_bytes", _bytes),
         ("parity max abs diff", "parity_max_abs_diff", lambda v: _num(v, ".3g")),
-        ("best validation AUC", "best_val_auc", _num), ("MLflow run", "run_id", str), ("config", "config", str),
+        ("best validation AUC", "best_val_auc", _num), ("MLflow run", "run_id", str),
+        ("config", "config", lambda v: _path(v, out)),
         ("features", "features", lambda v: ", ".join(map(str, v or []))),
     ]
     rows = [[label, *(fmt(s[key]) if key in s else "n/a" for s in (final, orig))] for label, key, fmt in fields]

@@ -147,7 +147,7 @@ def run_selection(ctx: StageContext) -> dict[str, Any]:
 
     cfg = ctx.config.selection
     recipe = ctx.search_recipe(ctx.kept("quality", "screening"))
-    method = _seeded(get_method(cfg.method, **cfg.options), cfg.options, ctx.config.seed)
+    method = _seeded(get_method, cfg.method, cfg.options, ctx.config.seed)
     report = method.rank(recipe)
     report.save(ctx.folder / f"{report.method}.json")
     report.to_mlflow(ctx.tracker)
@@ -169,11 +169,13 @@ def run_selection(ctx: StageContext) -> dict[str, Any]:
             "dropped": [n for n in report.ranking if n not in set(kept)], "curve": curve.summary()}
 
 
-def _seeded(method: Any, options: dict[str, Any], seed: int) -> Any:
-    """``method`` with the pipeline's seed, when it has a ``seed`` and the options set none."""
-    if hasattr(method, "seed") and "seed" not in options:
-        method.seed = seed
-    return method
+def _seeded(create: Callable[..., Any], name: str, options: dict[str, Any], seed: int) -> Any:
+    """``create(name, **options)``, given the pipeline's seed at construction when the class has a
+    ``seed`` and the options set none (methods may be frozen dataclasses: never assigned after)."""
+    made = create(name, **options)
+    if "seed" in options or not hasattr(made, "seed"):
+        return made
+    return create(name, **{**options, "seed": seed})
 
 
 # -- 4. dimension search -----------------------------------------------------------------------------
@@ -186,7 +188,7 @@ def run_dims(ctx: StageContext) -> dict[str, Any]:
     schema = recipe.schema
     uniform = budget_of(schema, cfg.uniform_dim)
     budget = int(cfg.budget * uniform)
-    search = _seeded(get_search(cfg.method, **cfg.options), cfg.options, ctx.config.seed)
+    search = _seeded(get_search, cfg.method, cfg.options, ctx.config.seed)
     plan = search.search(recipe, budget)
     plan.save(ctx.folder / "plan.json")
     plan.to_mlflow(ctx.tracker, schema)

@@ -12,7 +12,7 @@ import pandas as pd
 
 from recsys.data.schema import Schema, SchemaError
 
-__all__ = ["DataError", "RawData", "ReadReport", "check_labels", "resolve_data_path"]
+__all__ = ["DataError", "RawData", "ReadReport", "check_labels", "data_dir", "resolve_data_path"]
 
 #: environment variable naming the folder that holds the real datasets
 DATA_DIR_ENV = "SALIENCE_DATA_DIR"
@@ -106,6 +106,16 @@ def check_labels(labels: pd.Series, source: str, unit: str = "line") -> pd.Serie
     return numeric.astype(np.int8)
 
 
+def data_dir() -> Path | None:
+    """``$SALIENCE_DATA_DIR`` as an absolute path (None when unset or empty).
+
+    A relative value is made absolute here, against the working directory at the time it is
+    read, so a path built from it stays valid after the process changes directory.
+    """
+    root = os.environ.get(DATA_DIR_ENV)
+    return Path(root).absolute() if root else None
+
+
 def resolve_data_path(path: str | os.PathLike[str] | None, default: str) -> Path:
     """Resolve a dataset path.
 
@@ -119,9 +129,9 @@ def resolve_data_path(path: str | os.PathLike[str] | None, default: str) -> Path
         tried.append(candidate)
         if candidate.exists():
             return candidate
-    root = os.environ.get(DATA_DIR_ENV)
-    if root and not candidate.is_absolute():
-        under = Path(root) / candidate
+    root = data_dir()
+    if root is not None and not candidate.is_absolute():
+        under = root / candidate
         tried.append(under)
         if under.exists():
             return under

@@ -7,7 +7,6 @@ It round-trips through JSON/YAML so a user's own data needs a schema file and no
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from enum import Enum, unique
@@ -270,29 +269,15 @@ class Schema:
             raise SchemaError(f"{source}: {e}") from e
 
     def save(self, path: str | Path) -> None:
-        from recsys.io import atomic_write_text
+        """Write the schema atomically: YAML for ``.yaml``/``.yml``, JSON otherwise."""
+        from recsys.artifacts import write_artifact
 
-        path = Path(path)
-        if path.suffix in (".yaml", ".yml"):
-            import yaml
-
-            atomic_write_text(path, yaml.safe_dump(self.to_dict(), sort_keys=False))
-        else:
-            atomic_write_text(path, json.dumps(self.to_dict(), indent=2))
+        write_artifact(path, self.to_dict(), allow_nan=True)  # extras are the user's: NaN passes, as before
 
     @classmethod
     def load(cls, path: str | Path) -> Schema:
-        path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"schema file not found: {path}")
-        import yaml
+        """Read a :meth:`save` file (or a hand-written one); a bad file raises :class:`SchemaError`
+        naming it, a missing one ``FileNotFoundError``."""
+        from recsys.artifacts import read_artifact
 
-        try:
-            text = path.read_text(encoding="utf-8")
-            data = yaml.safe_load(text) if path.suffix in (".yaml", ".yml") else json.loads(text)
-        except (UnicodeDecodeError, yaml.YAMLError, json.JSONDecodeError) as e:  # they name line and column
-            kind = "YAML" if path.suffix in (".yaml", ".yml") else "JSON"
-            raise SchemaError(f"{path}: not a readable {kind} schema file: {e}") from e
-        if not isinstance(data, Mapping):
-            raise SchemaError(f"{path}: expected a mapping at the top level")
-        return cls.from_dict(data, source=str(path))
+        return cls.from_dict(read_artifact(path, "schema file", SchemaError), source=str(Path(path)))

@@ -23,7 +23,6 @@ import dataclasses
 import hashlib
 import json
 import shutil
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ import torch
 from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
+from recsys.artifacts import export_header
 from recsys.data.encoders import Preprocessor
 from recsys.io import atomic_dir, read_marked_json
 from recsys.data.batching import random_batch
@@ -321,14 +321,8 @@ def _trained_kernel(model: nn.Module) -> str:
 
 
 def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: dict[str, Any]) -> dict[str, Any]:
-    import recsys
-
     return {
-        "format": EXPORT_FORMAT,
-        "salience_version": recsys.__version__,
-        "torch_version": torch.__version__,
-        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "model_class": type(model).__name__,
+        **export_header(EXPORT_FORMAT, model),
         "trained_kernel": _trained_kernel(model),
         "label": schema.label,
         "sparse_features": schema.sparse_names,

@@ -7,12 +7,18 @@ own bias-free linear projection to that width (identity when equal), applied aft
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
 import torch
 from torch import nn
 
 from recsys.data.schema import Schema
 from recsys.models.base import MLP, RankingModel, SparseArchConfig
 from recsys.models.seam import SeamTransform
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 __all__ = ["CrossNetwork", "DCNv2", "DLRM", "DeepFM"]
 
@@ -52,15 +58,17 @@ class DLRM(_Projected):
         seam: transform at the seam.
     """
 
+    tuned_mlp = "top_mlp"  # unannotated: a class annotation here would hide RankingModel.__annotations__ from TorchScript
+
     def __init__(
         self,
         schema: Schema,
+        sparse_arch: SparseArchConfig | None = None,
         bottom_mlp: list[int] = [64, 16],  # noqa: B006 - jsonargparse needs literal defaults
         top_mlp: list[int] = [128, 64],  # noqa: B006
         interaction_dim: int | None = None,
         dropout: float = 0.0,
         batch_norm: bool = False,
-        sparse_arch: SparseArchConfig | None = None,
         seam: SeamTransform | None = None,
     ) -> None:
         super().__init__(schema, sparse_arch, seam)
@@ -135,16 +143,32 @@ class DCNv2(RankingModel):
         seam: transform at the seam.
     """
 
+    tuned_mlp = "deep_mlp"  # unannotated: a class annotation here would hide RankingModel.__annotations__ from TorchScript
+
+    @classmethod
+    def search_space(cls) -> dict[str, BaseDistribution]:
+        from optuna.distributions import CategoricalDistribution, IntDistribution
+
+        return {
+            **super().search_space(),
+            "cross_layers": IntDistribution(1, 5),
+            "structure": CategoricalDistribution(("parallel", "stacked")),
+        }
+
+    @classmethod
+    def tuned_args(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        return {**super().tuned_args(params), "cross_layers": int(params["cross_layers"]), "structure": str(params["structure"])}
+
     def __init__(
         self,
         schema: Schema,
+        sparse_arch: SparseArchConfig | None = None,
         cross_layers: int = 3,
         low_rank: int | None = None,
         deep_mlp: list[int] = [256, 128],  # noqa: B006
-        structure: str = "parallel",
+        structure: Literal["parallel", "stacked"] = "parallel",
         dropout: float = 0.0,
         batch_norm: bool = False,
-        sparse_arch: SparseArchConfig | None = None,
         seam: SeamTransform | None = None,
     ) -> None:
         super().__init__(schema, sparse_arch, seam)
@@ -184,14 +208,16 @@ class DeepFM(_Projected):
         seam: transform at the seam.
     """
 
+    tuned_mlp = "deep_mlp"  # unannotated: a class annotation here would hide RankingModel.__annotations__ from TorchScript
+
     def __init__(
         self,
         schema: Schema,
+        sparse_arch: SparseArchConfig | None = None,
         deep_mlp: list[int] = [256, 128],  # noqa: B006
         fm_dim: int | None = None,
         dropout: float = 0.0,
         batch_norm: bool = False,
-        sparse_arch: SparseArchConfig | None = None,
         seam: SeamTransform | None = None,
     ) -> None:
         super().__init__(schema, sparse_arch, seam)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum, unique
-from typing import Any, List
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, List
 
 import torch
 from torch import nn
@@ -21,6 +22,9 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from recsys.data.schema import Schema
 from recsys.models.blocked import BLOCKS_KEY, Block, BlockRouter, block_key, check_blocks
 from recsys.models.seam import IdentitySeam, SeamTransform
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 __all__ = ["EmbeddingKernel", "FusedOptimizer", "MLP", "RankingModel", "SparseArch", "SparseArchConfig"]
 
@@ -81,7 +85,7 @@ def table_configs(
         if f.name in blocks:
             out.extend(
                 EmbeddingBagConfig(
-                    name=f"t_{block_key(f.name, i)}",
+                    name=SparseArch.table_name(f.name, i),
                     embedding_dim=dim,
                     num_embeddings=stop - start,
                     feature_names=[block_key(f.name, i)],
@@ -92,7 +96,7 @@ def table_configs(
         else:
             out.append(
                 EmbeddingBagConfig(
-                    name=f"t_{f.name}",
+                    name=SparseArch.table_name(f.name),
                     embedding_dim=f.embedding_dim,
                     num_embeddings=int(f.num_embeddings or 0),
                     feature_names=[f.name],
@@ -225,6 +229,38 @@ class SparseArch(nn.Module):
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.embedding_bag_collection.parameters())
 
+    @staticmethod
+    def table_name(feature: str, block: int | None = None) -> str:
+        """Name of ``feature``'s embedding table, ``t_<feature>``; with ``block``, of that
+        frequency block's table, ``t_<feature>@<block>`` (the key in the EBC and its state dict)."""
+        return f"t_{feature}" if block is None else f"t_{block_key(feature, block)}"
+
+    @torch.jit.unused
+    def table(self, feature: str, block: int | None = None) -> nn.EmbeddingBag:
+        """``feature``'s table module (plain kernel), or that of its frequency block ``block``.
+
+        Its ``weight`` is the ``num_embeddings x D_f`` table (``stop - start`` rows x the block's
+        dim for a block).
+
+        Raises:
+            ValueError: the fused kernel (FBGEMM keeps the tables inside the kernel), a feature
+                this arch has no table for, or a block that does not match the feature's blocks.
+        """
+        if self.is_fused:
+            raise ValueError(
+                f"the table of {feature!r} lives inside the FBGEMM-fused kernel: build the model with "
+                "SparseArchConfig(kernel=EmbeddingKernel.PLAIN) (model.embedding_kernel: plain) to reach it"
+            )
+        if feature not in self.feature_names:
+            raise ValueError(f"no embedding table for {feature!r}; the sparse features are {self.feature_names}")
+        n_blocks = len(self.blocks.get(feature, ()))
+        if block is None and n_blocks:
+            raise ValueError(f"{feature!r} is split into {n_blocks} frequency blocks: pass block=0..{n_blocks - 1}")
+        if block is not None and not 0 <= block < n_blocks:
+            held = f"blocks 0..{n_blocks - 1}" if n_blocks else "no frequency blocks"
+            raise ValueError(f"{feature!r} has {held}, not block {block}")
+        return self.embedding_bag_collection.embedding_bags[self.table_name(feature, block)]
+
 
 class EmptySparseArch(nn.Module):
     """The sparse arch of a dense-only model (e.g. a selected subset with no sparse feature):
@@ -292,6 +328,10 @@ class RankingModel(nn.Module):
     # make them strings TorchScript cannot read
     __annotations__ = {"sparse_names": List[str], "embedding_dims": List[int]}  # noqa: RUF012, UP006
 
+    #: the constructor argument that holds the deep MLP's sizes, which tuning shapes from
+    #: ``mlp_layers``, ``mlp_width`` and ``mlp_shape`` (None: the backbone has none to tune)
+    tuned_mlp: ClassVar[str | None] = None
+
     def __init__(self, schema: Schema, sparse_arch: SparseArchConfig | None = None, seam: SeamTransform | None = None) -> None:
         super().__init__()
         self.schema = schema
@@ -302,6 +342,40 @@ class RankingModel(nn.Module):
         self.seam: SeamTransform = IdentitySeam()
         if seam is not None:
             self.set_seam(seam)
+
+    # -- what ``salience tune`` may change ------------------------------------------------------
+    @classmethod
+    def search_space(cls) -> dict[str, BaseDistribution]:
+        """The backbone's tunable hyperparameters (name -> Optuna distribution), in sampling order.
+
+        The base offers ``dropout``, ``batch_norm`` and, when :attr:`tuned_mlp` is set, the MLP's
+        depth, first-layer width and shape; a backbone extends it with its own arguments and
+        maps them in :meth:`tuned_args`.
+        """
+        from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
+
+        space: dict[str, BaseDistribution] = {
+            "dropout": FloatDistribution(0.0, 0.5),
+            "batch_norm": CategoricalDistribution((False, True)),
+        }
+        if cls.tuned_mlp is not None:
+            space["mlp_layers"] = IntDistribution(1, 4)
+            space["mlp_width"] = CategoricalDistribution((64, 128, 256, 512))
+            space["mlp_shape"] = CategoricalDistribution(("constant", "funnel"))
+        return space
+
+    @classmethod
+    def tuned_args(cls, params: Mapping[str, Any]) -> dict[str, Any]:
+        """Constructor arguments for a sampled point of :meth:`search_space`.
+
+        ``mlp_shape: funnel`` halves the width per layer (never below 16).
+        """
+        args: dict[str, Any] = {"dropout": float(params["dropout"]), "batch_norm": bool(params["batch_norm"])}
+        if cls.tuned_mlp is not None:
+            width, depth = int(params["mlp_width"]), int(params["mlp_layers"])
+            funnel = params["mlp_shape"] == "funnel"
+            args[cls.tuned_mlp] = [max(16, width >> i) if funnel else width for i in range(depth)]
+        return args
 
     def embed(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The seam output: (per-feature pooled embeddings, dense), after the seam transform."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from lightning.pytorch.cli import instantiate_module
 
 from recsys.data.encoders import Preprocessor
 from recsys.models import RankingModel
@@ -53,12 +54,34 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
     data_state = ckpt.get(CTRDataModule.__qualname__)
     if not data_state or "preprocessor" not in data_state:
         raise ValueError(f"{path}: no fitted encoders in the checkpoint (was it written by `salience fit`?)")
-    task = RankingTask(**hparams)
+    try:
+        task = instantiate_module(RankingTask, _current_hparams(hparams))
+    except Exception as e:  # jsonargparse's parse errors
+        raise ValueError(f"{path}: its model hyperparameters do not build a RankingTask: {e}") from e
     task.load_state_dict(ckpt["state_dict"])
     task.eval()
     return LoadedCheckpoint(
         task.model, Preprocessor.from_state_dict(data_state["preprocessor"]), hparams, data_state.get("summary", {})
     )
+
+
+#: optimizer names of checkpoints written before optimizers were classes
+_LEGACY_OPTIMIZERS = {"adam": "torch.optim.Adam", "adamw": "torch.optim.AdamW", "adagrad": "torch.optim.Adagrad", "sgd": "torch.optim.SGD"}
+
+
+def _current_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
+    """Hyperparameters of a checkpoint written before backbones and optimizers were classes
+    (``arch``/``arch_args``, ``optimizer: adam``, ``learning_rate``, ``weight_decay``) in the
+    current form; current ones unchanged."""
+    if "arch" not in hparams:
+        return hparams
+    old = dict(hparams)
+    arch, args = old.pop("arch"), old.pop("arch_args", None) or {}
+    names = {"dlrm": "DLRM", "dcnv2": "DCNv2", "deepfm": "DeepFM"}
+    old["backbone"] = {"class_path": f"recsys.models.{names[str(arch)]}", "init_args": args}
+    lr, wd = old.pop("learning_rate", 1e-3), old.pop("weight_decay", 0.0)
+    old["optimizer"] = {"class_path": _LEGACY_OPTIMIZERS[str(old.get("optimizer", "adam"))], "init_args": {"lr": lr, "weight_decay": wd}}
+    return old
 
 
 def export_checkpoint(
@@ -73,7 +96,7 @@ def export_checkpoint(
     from recsys.export import check_parity_in_fresh_process, export_model
 
     loaded = load_checkpoint(checkpoint)
-    export_model(loaded.model, loaded.preprocessor, output_dir, metadata={"checkpoint": str(checkpoint), "arch": loaded.hparams.get("arch")})
+    export_model(loaded.model, loaded.preprocessor, output_dir, metadata={"checkpoint": str(checkpoint), "arch": type(loaded.model).__name__.lower()})
     report: dict[str, Any] = {"output_dir": str(output_dir), "parity_max_abs_diff": None}
     if check_parity:
         schema = loaded.preprocessor.fitted_schema

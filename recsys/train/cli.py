@@ -21,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -224,8 +226,12 @@ class TrackedCLI(LightningCLI):
                 return
             ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
             if cfg["test"] and self.can_test():
-                self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"],
-                                  weights_only=True)
+                with warnings.catch_warnings():
+                    # "best" is the first ModelCheckpoint by construction (RankingTask.configure_callbacks);
+                    # the second only keeps latest.ckpt for resuming
+                    warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint` callbacks.*")
+                    self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"],
+                                      weights_only=True)
             if cfg["export"] and self.can_export():
                 self._export(cfg["export_dir"], tracking)
         except BaseException as e:
@@ -262,8 +268,10 @@ def check_accelerator(config: Any) -> None:
 class SalienceCLI(TrackedCLI):
     """LightningCLI with schema linking, MLflow tracking and test + export after fit."""
 
-    def __init__(self, args: list[str] | None = None, run: bool = True) -> None:
+    def __init__(self, args: list[str] | None = None, run: bool = True, callbacks: Sequence[Callback] = ()) -> None:
         self.export_report: dict[str, Any] | None = None
+        #: callback objects given to this run beside the configured ones (not part of the config)
+        self.given_callbacks = list(callbacks)
         super().__init__(
             RankingTask,
             CTRDataModule,
@@ -274,6 +282,12 @@ class SalienceCLI(TrackedCLI):
             run=run,
             parser_kwargs={"prog": "salience", "description": __doc__},
         )
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:
+        # the given callbacks run after the configured ones and before the CLI's own (tracking),
+        # as the last of ``--trainer.callbacks`` would: a pruning callback stops a fit before
+        # tracking logs the epoch, and ends the run KILLED before tracking would end it FAILED
+        return super()._instantiate_trainer(config, [*self.given_callbacks, *callbacks])
 
     def add_arguments_to_parser(self, parser: LightningArgumentParser) -> None:
         parser.link_arguments("data", "model.schema", compute_fn=lambda dm: dm.schema_dict, apply_on="instantiate")
@@ -345,7 +359,7 @@ class SalienceCLI(TrackedCLI):
             model,
             self.datamodule.preprocessor,
             out,
-            metadata={"arch": self.model.hparams.arch, "mlflow_run_id": run_id, "dataset": self.datamodule.dataset_name},
+            metadata={"arch": self.model.backbone_name, "mlflow_run_id": run_id, "dataset": self.datamodule.dataset_name},
         )
         splits = self.datamodule.prepared.splits
         data = splits.get("test") or splits["val"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Any
 
 import lightning.pytorch as pl
@@ -12,7 +14,7 @@ from recsys.data.encoders import Preprocessor
 from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
 from recsys.data.readers.base import Reader
 
-__all__ = ["CTRDataModule"]
+__all__ = ["CTRDataModule", "encoder_changes"]
 
 
 class CTRDataModule(pl.LightningDataModule):
@@ -130,5 +132,55 @@ class CTRDataModule(pl.LightningDataModule):
         return {"preprocessor": self.preprocessor.state_dict(), "summary": self.prepared.summary}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        # the encoders are rebuilt deterministically from data + seed; nothing to restore
-        pass
+        """Check a checkpoint's encoders against the ones rebuilt from the data (+ seed).
+
+        The encoders are rebuilt, not restored: equal ones mean the checkpoint's embedding rows
+        and dense statistics still mean what they meant. Different ones mean the data changed
+        since the checkpoint was written, and resuming (or evaluating) from it would silently
+        pair rows with other categories.
+
+        Raises:
+            ValueError: the encoders differ; the message names the checkpoint and what changed.
+        """
+        saved = state_dict.get("preprocessor")
+        if saved is None:  # a checkpoint without encoders: nothing to compare
+            return
+        changes = encoder_changes(saved, self.preprocessor.state_dict())
+        if changes:
+            path = getattr(self.trainer, "ckpt_path", None) if self.trainer is not None else None
+            shown = "; ".join(changes[:8]) + (f"; and {len(changes) - 8} more" if len(changes) > 8 else "")
+            raise ValueError(
+                f"the data changed since the checkpoint{f' {path}' if path else ''} was written: the encoders "
+                f"rebuilt from it differ in {shown}. Resume from the data the checkpoint was trained on (the same "
+                "data.reader files, data.split and data.features), or start a new fit without --ckpt_path."
+            )
+
+
+def encoder_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """What differs between two :meth:`Preprocessor.state_dict` states, one phrase per difference."""
+    saved, now = json.loads(json.dumps(saved)), json.loads(json.dumps(now))  # tuples vs lists, numpy scalars
+    changes: list[str] = []
+    s_features = {f["name"]: f for f in (saved.get("schema") or {}).get("features", [])}
+    n_features = {f["name"]: f for f in (now.get("schema") or {}).get("features", [])}
+    if list(s_features) != list(n_features):
+        changes.append(f"the features ({list(s_features)} in the checkpoint, {list(n_features)} now)")
+    changes += [f"the settings of {name!r}" for name in s_features
+                if name in n_features and s_features[name] != n_features[name]]
+    s_vocab, n_vocab = saved.get("vocabularies", {}), now.get("vocabularies", {})
+    for name in s_vocab:
+        if name not in n_vocab:
+            continue
+        a, b = s_vocab[name], n_vocab[name]
+        if a["tokens"] != b["tokens"]:
+            how = ("the same tokens in another id order" if sorted(a["tokens"]) == sorted(b["tokens"])
+                   else f"{len(a['tokens'])} tokens in the checkpoint, {len(b['tokens'])} now, "
+                   f"{len(set(a['tokens']) ^ set(b['tokens']))} not in both")
+            changes.append(f"the vocabulary of {name!r} ({how})")
+        elif a["counts"] != b["counts"]:
+            changes.append(f"the token counts of {name!r}")
+    s_dense, n_dense = saved.get("dense_stats", {}), now.get("dense_stats", {})
+    for name in s_dense:
+        if name in n_dense and not all(math.isclose(x, y, rel_tol=1e-9, abs_tol=1e-12)
+                                       for x, y in zip(s_dense[name], n_dense[name], strict=True)):
+            changes.append(f"the statistics of the dense feature {name!r}")
+    return changes

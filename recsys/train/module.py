@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import warnings
 from typing import Any, Literal
 
@@ -13,8 +12,12 @@ from torch import nn
 from torchmetrics.classification import BinaryAUROC
 from torchrec.datasets.utils import Batch
 
+from lightning.pytorch.cli import OptimizerCallable
+
+from recsys.config import as_spec
 from recsys.data.schema import Schema
-from recsys.models import DLRM, DCNv2, DeepFM, RankingModel
+from recsys.models import DCNv2, RankingModel
+from recsys.models.backbone import Backbone
 from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
 from recsys.models.seam import SeamTransform
 from recsys.train.distributed import (
@@ -27,20 +30,7 @@ from recsys.train.distributed import (
     unwrap,
 )
 
-__all__ = ["ARCHITECTURES", "RankingTask", "build_model", "build_seam", "latest_checkpoint"]
-
-# Lightning asks for sync_dist on epoch-level metrics of a distributed run; the evaluation
-# metrics below are computed over every process already (syncing them again would average
-# equal numbers)
-warnings.filterwarnings("ignore", message=r".*self\.log\('(val|test)_(auc|logloss)'.*sync_dist=True")
-# the test after fit asks for "best": the first ModelCheckpoint is the best one by construction
-# (configure_callbacks), the second only keeps latest.ckpt for resuming
-warnings.filterwarnings("ignore", message=r".*called with Trainer configured with multiple `ModelCheckpoint` callbacks.*")
-
-#: backbone name -> class
-ARCHITECTURES: dict[str, type[RankingModel]] = {"dlrm": DLRM, "dcnv2": DCNv2, "deepfm": DeepFM}
-
-Arch = Literal["dlrm", "dcnv2", "deepfm"]
+__all__ = ["RankingTask", "latest_checkpoint"]
 
 
 def latest_checkpoint() -> ModelCheckpoint:
@@ -48,50 +38,6 @@ def latest_checkpoint() -> ModelCheckpoint:
     callback's ``last.ckpt`` is written only in epochs that also save a new best checkpoint.)
     Listed after the best callback, so ``trainer.checkpoint_callback`` stays the best one."""
     return ModelCheckpoint(filename="latest", enable_version_counter=False)
-
-
-def build_model(
-    arch: str, schema: Schema, arch_args: dict[str, Any] | None = None, sparse_arch: SparseArchConfig | None = None
-) -> RankingModel:
-    """Instantiate a backbone by name; unknown ``arch_args`` keys get an error naming the key."""
-    if arch not in ARCHITECTURES:
-        raise ValueError(f"model.arch={arch!r} is not one of {sorted(ARCHITECTURES)}")
-    cls = ARCHITECTURES[arch]
-    arch_args = dict(arch_args or {})
-    allowed = [p for p in inspect.signature(cls.__init__).parameters if p not in ("self", "schema", "sparse_arch", "seam")]
-    unknown = sorted(set(arch_args) - set(allowed))
-    if unknown:
-        raise ValueError(f"model.arch_args: unknown key(s) {unknown} for {cls.__name__}; allowed: {allowed}")
-    return cls(schema, sparse_arch=sparse_arch, **arch_args)
-
-
-def build_seam(spec: dict[str, Any] | None) -> SeamTransform | None:
-    """Instantiate a seam transform from ``{"class_path": "pkg.mod.Class", "init_args": {...}}``.
-
-    The class is imported by name, so plug-ins from other packages (``selection.LeAPSeam``)
-    work without ``recsys`` importing them. Errors name the ``model.seam`` key.
-    """
-    if spec is None:
-        return None
-    import importlib
-
-    if not isinstance(spec, dict) or "class_path" not in spec:
-        raise ValueError(f"model.seam must be a mapping with 'class_path' (and optional 'init_args'), got {spec!r}")
-    unknown = sorted(set(spec) - {"class_path", "init_args"})
-    if unknown:
-        raise ValueError(f"model.seam: unknown key(s) {unknown}; allowed: ['class_path', 'init_args']")
-    path = str(spec["class_path"])
-    module_name, _, cls_name = path.rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module_name), cls_name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"model.seam.class_path={path!r} cannot be imported: {e}") from e
-    if not (isinstance(cls, type) and issubclass(cls, SeamTransform)):
-        raise ValueError(f"model.seam.class_path={path!r} is not a SeamTransform subclass")
-    try:
-        return cls(**dict(spec.get("init_args") or {}))
-    except TypeError as e:
-        raise ValueError(f"model.seam.init_args for {cls_name}: {e}") from e
 
 
 class _LogLoss:
@@ -117,20 +63,22 @@ class _LogLoss:
 
 
 class RankingTask(pl.LightningModule):
-    """Trains a DLRM / DCNv2 / DeepFM with BCE loss; reports AUC and log loss.
+    """Trains a ranking backbone (DLRM / DCNv2 / DeepFM / any ``RankingModel``) with BCE loss;
+    reports AUC and log loss.
 
     Args:
-        arch: backbone name.
-        arch_args: backbone constructor arguments (e.g. ``{cross_layers: 3, deep_mlp: [256, 128]}``).
+        backbone: the ranking model, ``{class_path: recsys.models.DCNv2, init_args: {...}}``
+            (see :mod:`recsys.models.backbone`); jsonargparse resolves it into a factory that
+            this task calls with the fitted schema and the embedding settings below.
         schema: fitted schema as a dict; the CLI links it from the datamodule.
         embedding_kernel: ``fused`` (FBGEMM, optimizer in backward; the default, measured faster
             in ``experiments/results/train_throughput.md``) or ``plain`` (torchrec EBC updated by
             the dense optimizer, which allows Adam and ``embedding_weight_decay``).
         fused_optimizer: optimizer of fused tables.
         fused_lr: learning rate of fused tables.
-        optimizer: optimizer of the dense (and plain embedding) parameters.
-        learning_rate: its learning rate.
-        weight_decay: L2 penalty of the dense (non-embedding) parameters.
+        optimizer: optimizer of the dense (and plain embedding) parameters, LightningCLI's
+            ``{class_path: torch.optim.Adam, init_args: {lr: 0.001, weight_decay: 0.0}}``; its
+            ``weight_decay`` applies to the dense (non-embedding) parameters only.
         embedding_weight_decay: L2 penalty of plain embedding tables only (FuxiCTR's
             ``embedding_regularizer``; coupled L2 in the gradient, so with Adam it acts like
             the explicit penalty ``0.5 * wd * ||E||^2``).
@@ -151,20 +99,17 @@ class RankingTask(pl.LightningModule):
 
     def __init__(
         self,
-        arch: Arch = "dcnv2",
-        arch_args: dict[str, Any] | None = None,
+        backbone: Backbone = DCNv2,
         schema: dict[str, Any] | None = None,
         embedding_kernel: Literal["plain", "fused"] = "fused",
         fused_optimizer: Literal["sgd", "adagrad", "rowwise_adagrad"] = "adagrad",
         fused_lr: float = 0.05,
-        optimizer: Literal["adam", "adamw", "adagrad", "sgd"] = "adam",
-        learning_rate: float = 1e-3,
-        weight_decay: float = 0.0,
+        optimizer: OptimizerCallable = torch.optim.Adam,
         embedding_weight_decay: float = 0.0,
         lr_plateau_factor: float = 1.0,
         lr_plateau_patience: int = 0,
         early_stopping_patience: int = 2,
-        seam: dict[str, Any] | None = None,
+        seam: SeamTransform | None = None,
         embedding_blocks: dict[str, list[list[int | None]]] | None = None,
     ) -> None:
         super().__init__()
@@ -176,11 +121,14 @@ class RankingTask(pl.LightningModule):
                 "(FBGEMM's fused CPU kernels do not apply weight decay)"
             )
         self.save_hyperparameters()
+        # built outside the CLI, the hyperparameters hold the objects themselves: keep their
+        # config form, so a checkpoint stays plain containers (loaded with weights_only=True)
+        for key in ("backbone", "optimizer", "seam"):
+            self.hparams[key] = as_spec(self.hparams[key])
         self.schema = Schema.from_dict(schema)
-        self.model: RankingModel = build_model(
-            arch,
+        self.optimizer_factory = optimizer
+        self.model: RankingModel = backbone(
             self.schema,
-            arch_args,
             SparseArchConfig(
                 kernel=EmbeddingKernel(embedding_kernel),
                 fused_optimizer=FusedOptimizer(fused_optimizer),
@@ -189,14 +137,20 @@ class RankingTask(pl.LightningModule):
                 blocks_key="model.embedding_blocks",
             ),
         )
-        seam_module = build_seam(seam)
-        if seam_module is not None:
-            self.model.set_seam(seam_module)
+        if not isinstance(self.model, RankingModel):
+            raise ValueError(f"model.backbone built a {type(self.model).__name__}, not a RankingModel")
+        if seam is not None:
+            self.model.set_seam(seam)
         self.val_auc = BinaryAUROC()
         self.test_auc = BinaryAUROC()
         #: the optimizer of a sharded model's data-parallel tables (set by configure_optimizers)
         self._replica_optimizer: torch.optim.Optimizer | None = None
         self._logloss: dict[str, _LogLoss] = {}
+
+    @property
+    def backbone_name(self) -> str:
+        """The backbone's class name in lower case (``dcnv2``): run names and export metadata."""
+        return type(self.ranking_model).__name__.lower()
 
     @property
     def ranking_model(self) -> RankingModel:
@@ -243,10 +197,12 @@ class RankingTask(pl.LightningModule):
     def _eval_epoch_end(self, stage: str) -> None:
         auc = self.val_auc if stage == "val" else self.test_auc
         logloss = self._logloss.pop(stage, _LogLoss()).compute()
-        # both are already over every process (torchmetrics and _LogLoss synchronise), see
-        # the warning filter at the top of the module
-        self.log(f"{stage}_auc", auc.compute(), prog_bar=True)
-        self.log(f"{stage}_logloss", logloss, prog_bar=True)
+        with warnings.catch_warnings():
+            # both are already over every process (torchmetrics and _LogLoss synchronise):
+            # Lightning's advice to sync_dist them would average equal numbers
+            warnings.filterwarnings("ignore", message=r".*self\.log\('(val|test)_(auc|logloss)'.*sync_dist=True")
+            self.log(f"{stage}_auc", auc.compute(), prog_bar=True)
+            self.log(f"{stage}_logloss", logloss, prog_bar=True)
         auc.reset()
 
     def validation_step(self, batch: Batch, batch_idx: int) -> None:
@@ -272,19 +228,15 @@ class RankingTask(pl.LightningModule):
         seam_ids = {id(p) for p in model.seam.parameters()}
         params = model.dense_parameters()
         seam_lr = getattr(model.seam, "learning_rate", None)
+        seam_group: dict[str, Any] = {"params": [p for p in params if id(p) in seam_ids], "weight_decay": 0.0}
+        if seam_lr is not None:
+            seam_group["lr"] = float(seam_lr)
         groups = [
-            {"params": [p for p in params if id(p) not in embedding_ids | seam_ids], "weight_decay": hp.weight_decay},
+            {"params": [p for p in params if id(p) not in embedding_ids | seam_ids]},  # the optimizer's weight_decay
             {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": hp.embedding_weight_decay},
-            {"params": [p for p in params if id(p) in seam_ids], "weight_decay": 0.0, "lr": float(seam_lr or hp.learning_rate)},
+            seam_group,
         ]
-        groups = [g for g in groups if g["params"]]
-        optimizers: dict[str, type[torch.optim.Optimizer]] = {
-            "adam": torch.optim.Adam,
-            "adamw": torch.optim.AdamW,
-            "adagrad": torch.optim.Adagrad,
-            "sgd": torch.optim.SGD,
-        }
-        optimizer = optimizers[hp.optimizer](groups, lr=hp.learning_rate)
+        optimizer = self.optimizer_factory([g for g in groups if g["params"]])
         self._replica_optimizer = self._make_replica_optimizer()
         if hp.lr_plateau_factor >= 1.0:
             return optimizer

@@ -29,6 +29,8 @@ from recsys.data.raw import RawData
 from recsys.data.schema import Schema
 
 if TYPE_CHECKING:
+    from lightning.pytorch.callbacks import Callback
+
     from recsys.train.datamodule import CTRDataModule
     from recsys.train.module import RankingTask
 
@@ -152,6 +154,7 @@ class Recipe:
         tracking: bool = True,
         export: bool = False,
         extra_args: Sequence[str] = (),
+        callbacks: Sequence[Callback] = (),
     ) -> FitResult:
         """Train once through ``salience fit`` with the given changes; test the best checkpoint.
 
@@ -166,6 +169,8 @@ class Recipe:
             tracking: log to MLflow.
             export: export the best model after the fit.
             extra_args: further command-line arguments.
+            callbacks: callback objects added to this fit's trainer, before the config's
+                tracking callback (e.g. one bound to a live Optuna trial).
         """
         from recsys.train.cli import SalienceCLI
 
@@ -199,7 +204,7 @@ class Recipe:
         args += list(extra_args)
         start = time.perf_counter()
         with _quiet_lightning(self.quiet), _own_argv():
-            cli = SalienceCLI(args=args)
+            cli = SalienceCLI(args=args, callbacks=callbacks)
         seconds = time.perf_counter() - start
         metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
         ckpt = cli.trainer.checkpoint_callback

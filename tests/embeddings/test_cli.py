@@ -70,7 +70,7 @@ def test_mde_end_to_end_tracked(tmp_cwd: Path, capsys: pytest.CaptureFixture[str
     assert 2 * searched["embedding_parameters"] <= reference["embedding_parameters"]
     assert summary["summary"]["parameter_ratio"] <= 0.5 and 0.5 < searched["test_auc"] <= 1.0
     config = yaml.safe_load((tmp_cwd / "out" / "config_with_plan.yaml").read_text())
-    assert config["data"]["embedding_dims"] == plan.dims and config["model"]["arch"] == "dcnv2"
+    assert config["data"]["embedding_dims"] == plan.dims and config["model"]["backbone"]["class_path"] == "recsys.models.DCNv2"
     # one parent run with the plan, the comparison and both fits nested
     run_id = out.split("MLflow run: ")[1].split()[0]
     client = MlflowClient(tracking_uri())

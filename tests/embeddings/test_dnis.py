@@ -26,8 +26,8 @@ from embeddings.dnis import (
 )
 from recsys.data.batching import random_batch
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+from recsys.models import DCNv2
 from recsys.models.base import EmbeddingKernel, SparseArchConfig
-from recsys.train.module import build_model
 from recsys.train.recipe import Recipe
 from tests.selection.conftest import tiny_config
 
@@ -58,7 +58,7 @@ def make_schema(pooling_dim: int = 8) -> Schema:
 
 def small_model(schema: Schema, kernel: EmbeddingKernel = EmbeddingKernel.PLAIN, pooling: str = "sum"):  # noqa: ANN201
     torch.manual_seed(0)
-    return build_model("dcnv2", schema, {"cross_layers": 1, "deep_mlp": [8]}, SparseArchConfig(kernel=kernel, pooling=pooling))
+    return DCNv2(schema, SparseArchConfig(kernel=kernel, pooling=pooling), cross_layers=1, deep_mlp=[8])
 
 
 # -- frequency blocks ----------------------------------------------------------------------------
@@ -113,10 +113,9 @@ def test_masked_lookup_and_gradients_match_reference(pooling: str) -> None:
     probe = {n: torch.randn(o.shape, generator=g) for n, o in out.items()}
     sum((out[n] * probe[n]).sum() for n in out).backward()
 
-    ebc = model.sparse_arch.embedding_bag_collection
     features = kjt.to_dict()
     for name in ("user", "genre"):
-        bag = ebc.embedding_bags[f"t_{name}"]
+        bag = model.sparse_arch.table(name)
         raw = bag.parametrizations.weight.original
         mask = masks[name]
         assert mask.bounds == block_bounds(raw.shape[0], blocks)

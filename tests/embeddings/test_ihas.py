@@ -17,8 +17,8 @@ from embeddings import DimensionPlan, DimensionPlanError, budget_of, min_budget
 from embeddings.ihas import IHAS, GateSampling, IHASGate, IHASRoutedModel, IHASRouter, cluster_dims, kmeans
 from recsys.data.batching import BatchDataset, random_batch
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+from recsys.models import DCNv2
 from recsys.models.base import SparseArchConfig
-from recsys.train.module import build_model
 from recsys.train.recipe import Recipe
 from tests.selection.conftest import tiny_config
 
@@ -116,7 +116,7 @@ def test_training_gates_sample_and_pass_gradients(sampling: GateSampling) -> Non
 def test_gate_in_a_model_scripts_and_matches_eager() -> None:
     schema = make_schema()
     torch.manual_seed(0)
-    model = build_model("dcnv2", schema, {"cross_layers": 1, "deep_mlp": [8]}, SparseArchConfig())
+    model = DCNv2(schema, SparseArchConfig(), cross_layers=1, deep_mlp=[8])
     model.set_seam(IHASGate())
     model.eval()
     batch = random_batch(schema, 9, seed=2)
@@ -246,7 +246,7 @@ def test_empty_clusters_are_dropped_and_renumbered(recipe: Recipe, monkeypatch: 
 def test_router_sends_each_row_to_its_nearest_hand_built_centroid() -> None:
     schema = make_schema()
     torch.manual_seed(0)
-    model = build_model("dcnv2", schema, {"cross_layers": 1, "deep_mlp": [8]}, SparseArchConfig())
+    model = DCNv2(schema, SparseArchConfig(), cross_layers=1, deep_mlp=[8])
     gate = IHASGate()
     model.set_seam(gate)
     centroids = torch.zeros(3, 12)
@@ -264,7 +264,7 @@ def test_router_sends_each_row_to_its_nearest_hand_built_centroid() -> None:
 
 def _routed_model(schema: Schema) -> tuple[IHASRoutedModel, list[torch.nn.Module]]:
     torch.manual_seed(0)
-    search_model = build_model("dcnv2", schema, {"cross_layers": 1, "deep_mlp": [8]}, SparseArchConfig())
+    search_model = DCNv2(schema, SparseArchConfig(), cross_layers=1, deep_mlp=[8])
     search_model.set_seam(IHASGate())
     batch = random_batch(schema, 64, seed=5)
     with torch.no_grad():
@@ -272,8 +272,7 @@ def _routed_model(schema: Schema) -> tuple[IHASRoutedModel, list[torch.nn.Module
     centroids = torch.stack([masks[0], masks[1 + int(torch.argmax((masks[1:] - masks[0]).abs().sum(1)))]])
     router = IHASRouter(search_model.sparse_arch, search_model.seam, centroids)
     plan = DimensionPlan(clusters={0: {"user": 4, "genre": 4}, 1: {"user": 8, "genre": 4}}, method="ihas")
-    models = [build_model("dcnv2", plan.apply_cluster(schema, c), {"cross_layers": 1, "deep_mlp": [8]}).eval()
-              for c in (0, 1)]
+    models = [DCNv2(plan.apply_cluster(schema, c), cross_layers=1, deep_mlp=[8]).eval() for c in (0, 1)]
     return IHASRoutedModel(router, models).eval(), models
 
 

@@ -20,8 +20,8 @@ from embeddings.ihas import IHAS, IHASRoutedModel
 from recsys.data.batching import make_batch, random_batch
 from recsys.export.predictor import check_parity_in_fresh_process
 from recsys.export.serving import ServingModule, export_model, kjt_to_lists, read_export_schema
+from recsys.models import DCNv2
 from recsys.models.base import EmbeddingKernel, SparseArchConfig
-from recsys.train.module import build_model
 from recsys.train.recipe import Recipe
 from tests.selection.conftest import tiny_config
 
@@ -109,8 +109,7 @@ def test_fused_cluster_models_are_refused(tmp_path: Path) -> None:
         ServingModule(routed)
     serving = ServingModule(routed, feature_names=schema.sparse_names, num_dense=len(schema.dense_names))
     assert serving.feature_names == ["user", "genre"] and serving.num_dense == 1
-    fused = build_model("dcnv2", schema, {"cross_layers": 1, "deep_mlp": [8]},
-                        SparseArchConfig(kernel=EmbeddingKernel.FUSED))
+    fused = DCNv2(schema, SparseArchConfig(kernel=EmbeddingKernel.FUSED), cross_layers=1, deep_mlp=[8])
     mixed = IHASRoutedModel(routed.router, [models[0], fused])
     with pytest.raises(ValueError, match=r"fused-kernel embedding parts \['models\.1\.sparse_arch"):
         ServingModule(mixed, feature_names=schema.sparse_names, num_dense=1)

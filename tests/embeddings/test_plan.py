@@ -4,6 +4,7 @@ and the FBGEMM-fused kernel."""
 
 from __future__ import annotations
 
+import functools
 import json
 import warnings
 from collections.abc import Iterator
@@ -23,8 +24,9 @@ from embeddings import (
 )
 from recsys.data.batching import random_batch
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+from recsys.models import DCNv2, DeepFM, DLRM
+from recsys.models.backbone import Backbone
 from recsys.models.base import EmbeddingKernel, SparseArchConfig
-from recsys.train.module import build_model
 
 
 @pytest.fixture(autouse=True)
@@ -109,7 +111,7 @@ def test_exact_parameter_counts_by_hand() -> None:
 def test_count_matches_the_built_model(kernel: str) -> None:
     schema = make_schema()
     plan = DimensionPlan({"user": 8, "genre": 4, "item": 12})
-    model = build_model("dcnv2", plan.apply(schema), {"cross_layers": 1, "deep_mlp": [8]}, SparseArchConfig(kernel=EmbeddingKernel(kernel)))
+    model = DCNv2(plan.apply(schema), SparseArchConfig(kernel=EmbeddingKernel(kernel)), cross_layers=1, deep_mlp=[8])
     assert model.embedding_parameters() == plan.num_parameters(schema) == 2680
     assert model.embedding_dims == [8, 4, 12]
 
@@ -185,10 +187,10 @@ def test_config_overrides_and_config(tmp_path: Path) -> None:
     (arg,) = plan.to_config_overrides()
     assert arg.startswith("--data.embedding_dims=") and json.loads(arg.split("=", 1)[1]) == {"user": 8, "item": 4}
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("model: {arch: dcnv2}\ndata:\n  batch_size: 8\n  embedding_dims: {genre: 12, item: 16}\n")
+    cfg.write_text("model: {backbone: {class_path: recsys.models.DCNv2}}\ndata:\n  batch_size: 8\n  embedding_dims: {genre: 12, item: 16}\n")
     out = plan.to_config(cfg)
     assert out["data"] == {"batch_size": 8, "embedding_dims": {"genre": 12, "item": 4, "user": 8}}
-    assert out["model"] == {"arch": "dcnv2"}
+    assert out["model"] == {"backbone": {"class_path": "recsys.models.DCNv2"}}
 
 
 # -- files ---------------------------------------------------------------------------------------
@@ -282,19 +284,19 @@ def test_to_mlflow_logs_plan_plot_and_parameters(tmp_cwd: Path) -> None:
 
 # -- mixed-dim models train with both kernels ----------------------------------------------------
 
-ARCH_ARGS = {
-    "dlrm": {"bottom_mlp": [8, 8], "top_mlp": [8]},
-    "dcnv2": {"cross_layers": 1, "deep_mlp": [8]},
-    "deepfm": {"deep_mlp": [8]},
+BACKBONES: dict[str, Backbone] = {
+    "dcnv2": functools.partial(DCNv2, cross_layers=1, deep_mlp=[8]),
+    "deepfm": functools.partial(DeepFM, deep_mlp=[8]),
+    "dlrm": functools.partial(DLRM, bottom_mlp=[8, 8], top_mlp=[8]),
 }
 
 
 @pytest.mark.parametrize("kernel", ["plain", "fused"])
-@pytest.mark.parametrize("arch", sorted(ARCH_ARGS))
+@pytest.mark.parametrize("arch", sorted(BACKBONES))
 def test_mixed_dim_model_trains(arch: str, kernel: str) -> None:
     torch.manual_seed(0)
     schema = DimensionPlan({"user": 4, "genre": 8, "item": 12}).apply(make_schema())
-    model = build_model(arch, schema, ARCH_ARGS[arch], SparseArchConfig(kernel=EmbeddingKernel(kernel), fused_lr=0.1))
+    model = BACKBONES[arch](schema, SparseArchConfig(kernel=EmbeddingKernel(kernel), fused_lr=0.1))
     assert model.embedding_dims == [4, 8, 12]
     batch = random_batch(schema, 32, seed=1)
     tables = {k: v.detach().clone() for k, v in model.sparse_arch.embedding_bag_collection.state_dict().items()}
@@ -309,3 +311,19 @@ def test_mixed_dim_model_trains(arch: str, kernel: str) -> None:
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
     after = model.sparse_arch.embedding_bag_collection.state_dict()
     assert all(not torch.equal(tables[k], after[k]) for k in tables)  # every table was updated
+
+
+@pytest.mark.parametrize("suffix", [".json", ".yaml"])
+def test_plan_files_written_before_the_shared_helper_still_load(tmp_path: Path, suffix: str) -> None:
+    """The exact bytes the old ``DimensionPlan.save`` wrote load to the same plan; JSON plans
+    are written byte for byte as before."""
+    import yaml
+
+    for i, plan in enumerate(_rich_plans()):
+        old = tmp_path / f"old{i}{suffix}"
+        if suffix == ".json":
+            old.write_text(json.dumps(plan.to_dict(), indent=2, allow_nan=False) + "\n")
+        else:
+            old.write_text(yaml.safe_dump(plan.to_dict(), sort_keys=False))
+        assert DimensionPlan.load(old).to_dict() == plan.to_dict()
+        assert plan.save(tmp_path / f"new{i}{suffix}").read_bytes() == old.read_bytes()

@@ -152,3 +152,17 @@ def test_generative_benchmark_quick(tmp_path: Path) -> None:
     (tmp_path / "generative_quick.md").unlink()
     assert bench.main(["--render", str(tmp_path / "generative_quick.json")]) == 0
     assert (tmp_path / "generative_quick.md").read_text() == markdown
+
+
+def test_every_benchmark_but_the_pipeline_has_a_quick_smoke_test() -> None:
+    """What experiments/benchmarks/README.md promises: a ``--quick`` mode and a test that runs it."""
+    root = Path(__file__).resolve().parents[2]
+    tests = {p: p.read_text() for p in (root / "tests" / "experiments").glob("test_*.py")}
+    for script in sorted((root / "experiments" / "benchmarks").glob("[!_]*.py")):
+        if script.stem == "pipeline":  # covered end to end by test_pipeline.py instead
+            continue
+        assert '"--quick"' in script.read_text(), script.name
+        users = [p.name for p, text in tests.items()
+                 if (f"benchmarks import {script.stem}" in text or f"benchmarks.{script.stem} import" in text)
+                 and '"--quick"' in text]
+        assert users, f"no test runs {script.name} --quick"

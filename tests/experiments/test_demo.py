@@ -49,6 +49,7 @@ def test_tuning_stage(tmp_cwd: Path) -> None:
     from mlflow import MlflowClient
 
     from experiments.demo import _tuning_lines, run_tuning_stage
+    from experiments.hpo.space import OPTIMIZERS
     from recsys.tracking import tracking_uri
 
     s = run_tuning_stage(rows=3000, n_trials=8, output=str(tmp_cwd / "demo"), limit_train_batches=2, race_budget=20)
@@ -63,9 +64,9 @@ def test_tuning_stage(tmp_cwd: Path) -> None:
     path = Path(s["best_config"])
     assert path == tmp_cwd / "demo" / "tuning" / "best_config.yaml"
     best, params = yaml.safe_load(path.read_text()), s["best_params"]
-    assert best["model"]["optimizer"] == params["optimizer"]
-    assert math.isclose(best["model"]["learning_rate"], params["learning_rate"], rel_tol=1e-9)
-    assert best["model"]["arch_args"]["cross_layers"] == params["cross_layers"]
+    assert best["model"]["optimizer"]["class_path"] == OPTIMIZERS[params["optimizer"]]
+    assert math.isclose(best["model"]["optimizer"]["init_args"]["lr"], params["learning_rate"], rel_tol=1e-9)
+    assert best["model"]["backbone"]["init_args"]["cross_layers"] == params["cross_layers"]
     assert best["data"]["embedding_dim"] == params["embedding_dim"]
     assert best["data"]["reader"]["init_args"]["n_rows"] == 3000
     assert 0.0 < s["best_val_auc"] <= 1.0

@@ -209,3 +209,20 @@ def test_stages_turned_off_are_skipped(tmp_cwd: Path) -> None:
     assert set(final["dims"].values()) == {16}  # the model config's dims
     assert final["config"].endswith("final/reduced_config.yaml")
     assert not (tmp_cwd / "out" / "tuning").exists() and not (tmp_cwd / "out" / "dims").exists()
+
+
+def test_seeded_passes_the_seed_at_construction_to_every_method_and_search() -> None:
+    """Frozen dataclasses (OutRank) get the pipeline's seed too; an explicit option wins."""
+    import selection  # noqa: F401  (registers the methods)
+    import embeddings  # noqa: F401  (registers the searches)
+    from embeddings import get_search, search_names
+    from experiments.pipeline.stages import _seeded
+    from selection import get_method, method_names
+
+    for create, names in ((get_method, method_names()), (get_search, search_names())):
+        for name in names:
+            made = _seeded(create, name, {}, 7)
+            if hasattr(made, "seed"):
+                assert made.seed == 7, name
+                assert _seeded(create, name, {"seed": 3}, 7).seed == 3, name
+    assert _seeded(get_method, "outrank", {}, 11).seed == 11

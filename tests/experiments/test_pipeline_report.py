@@ -190,3 +190,44 @@ def test_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert renames[0][0].parent == path.parent and renames[0][0].name.endswith(".tmp")
     assert "beta-run" in path.read_text() and "alpha-run" not in path.read_text()
     assert sorted(p.name for p in path.parent.iterdir()) == ["report.html"]
+
+
+def test_portable_paths_are_relative_to_the_output_folder_or_the_repository(tmp_path: Path) -> None:
+    from experiments.pipeline.paths import REPO_ROOT, portable_path, portable_paths
+
+    out = tmp_path / "pipeline"
+    assert portable_path(out / "final" / "export", out) == "final/export"
+    assert portable_path(out, out) == "."
+    config = REPO_ROOT / "experiments" / "configs" / "pipeline" / ".." / "frappe_dcnv2.yaml"
+    assert portable_path(config, out) == "experiments/configs/frappe_dcnv2.yaml"
+    assert portable_path("runs/x", out) == "runs/x"  # relative: not a machine path
+    assert portable_path("/data/elsewhere/f.csv", out) == "/data/elsewhere/f.csv"  # neither: unchanged
+    data = {"plan": str(out / "dims" / "plan.json"), "n": 3, "kept": ["user", "item"],
+            "nested": [{"config": str(config)}], "name": "frappe"}
+    assert portable_paths(data, out) == {"plan": "dims/plan.json", "n": 3, "kept": ["user", "item"],
+                                         "nested": [{"config": "experiments/configs/frappe_dcnv2.yaml"}],
+                                         "name": "frappe"}
+
+
+def test_report_shows_no_absolute_path_of_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the report prints of the run folder is relative: to it, to the working directory or to the
+    repository, so a committed report names no machine path."""
+    from experiments.pipeline.paths import REPO_ROOT
+
+    out = tmp_path / "pipeline"
+    _build(out)
+    (out / "config.yaml").write_text(f"name: synthetic\noutput: {out}\nmodel_config: ../x.yaml\n")
+    for stage in ("original", "final"):
+        path = out / stage / "result.json"
+        data = json.loads(path.read_text())
+        data["export_dir"] = str(out / stage / "export")
+        data["config"] = str(REPO_ROOT / "experiments" / "configs" / "pipeline" / ".." / "frappe_dcnv2.yaml")
+        atomic_write_json(path, data)
+    tuning = json.loads((out / "tuning" / "result.json").read_text())
+    atomic_write_json(out / "tuning" / "result.json", {**tuning, "best_config": str(out / "tuning" / "best.yaml")})
+    monkeypatch.chdir(tmp_path)
+    text = write_report(out).read_text()
+    assert str(tmp_path) not in text and str(REPO_ROOT) not in text
+    assert "from pipeline</p>" in text and "output: pipeline" in text
+    assert "final/export" in text and "original/export" in text and "tuning/best.yaml" in text
+    assert "experiments/configs/frappe_dcnv2.yaml" in text

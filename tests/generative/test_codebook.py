@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import generative.codebook as cb
+import generative.codebook.rqkmeans as rqkmeans_module
+import generative.codebook.rqvae as rqvae_module
 from generative.codebook import (
     Codebook,
     CodebookBuilder,
@@ -20,6 +21,7 @@ from generative.codebook import (
     kmeans,
     min_codebook_size,
 )
+from generative.codebook.artifact import _collision_stats
 
 
 def with_pad(x: np.ndarray) -> np.ndarray:
@@ -53,7 +55,7 @@ def test_collision_groups_golden() -> None:
     assert sorted(sizes.tolist()) == [1, 2, 3]
     assert rank.tolist() == [0, 1, 0, 2, 0, 1]
     assert group[0] == group[1] == group[3] and group[2] == group[5] and len({group[0], group[2], group[4]}) == 3
-    stats = cb._collision_stats(raw)
+    stats = _collision_stats(raw)
     assert stats["collision_rate_before"] == pytest.approx(5 / 6)
     assert stats["num_collision_groups"] == 2
     assert stats["max_group_size"] == 3
@@ -172,7 +174,7 @@ def test_kmeans_reseeds_an_empty_cluster(monkeypatch: pytest.MonkeyPatch) -> Non
     rng = np.random.default_rng(0)
     x = torch.from_numpy(np.vstack([rng.normal(size=(10, 2)), 20 + rng.normal(size=(10, 2))]).astype(np.float32))
     seeds = torch.tensor([[0.0, 0.0], [1000.0, 1000.0], [20.0, 20.0]])  # the middle one attracts nothing
-    monkeypatch.setattr(cb, "_kmeans_pp", lambda x, k, gen: seeds.clone())
+    monkeypatch.setattr(rqkmeans_module, "_kmeans_pp", lambda x, k, gen: seeds.clone())
     gen = torch.Generator().manual_seed(0)
     centroids, assign, inertia, _ = kmeans(x, 3, gen)
     assert torch.bincount(assign, minlength=3).min() >= 1
@@ -233,7 +235,7 @@ def test_rq_vae_collapse_is_visible_and_dead_codes_are_reset(reset: bool, monkey
         book[0] = z.mean(0)
         return np.zeros((len(z), 1), dtype=np.int64), [book], [0.0], [0]
 
-    monkeypatch.setattr(cb, "residual_kmeans", collapsed)
+    monkeypatch.setattr(rqvae_module, "residual_kmeans", collapsed)
     builder = CodebookBuilder.create(
         "rq-vae", levels=1, codebook_size=16, epochs=2, lr=0.0, dead_code_reset=reset, max_group_size=50,
         checkpoint="last", **SMALL_VAE,

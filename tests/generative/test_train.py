@@ -167,3 +167,13 @@ def test_fit_resumes_from_the_last_checkpoint(tmp_cwd: Path) -> None:
                    "--after_fit.export=false")
     assert resumed.trainer.current_epoch == 2
     assert int(resumed.model.recommender.loss_fn.step) == 2 * steps
+
+
+def test_sid_build_help_lists_every_item_content(capsys: pytest.CaptureFixture[str]) -> None:
+    from generative.content import ItemContent
+
+    with pytest.raises(SystemExit):
+        sid_main(["build", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ItemContent.registered_names():
+        assert name in text.split("options:")[1].split("--content CONTENT")[1].split("--content-dim")[0], name

@@ -1,4 +1,4 @@
-"""Token-weighting losses (generative/weighting.py) on tiny examples computed by hand."""
+"""Token-weighting losses (the generative.weighting package) on tiny examples computed by hand."""
 
 from __future__ import annotations
 

@@ -130,11 +130,11 @@ def test_plain_kernel_path_calls_no_fbgemm_op(tmp_path: Any) -> None:
     control below, which also shows the recorder sees ``fbgemm::`` ops.)"""
     from recsys.data.batching import random_batch
     from recsys.export import export_model, kjt_to_lists, load_exported
-    from recsys.train.module import build_model
+    from recsys.models import DCNv2
 
     schema, pre = _small_export_inputs()
     torch.manual_seed(0)
-    model = build_model("dcnv2", schema)
+    model = DCNv2(schema)
     batch = random_batch(schema, 8, seed=0, max_bag=3)
     export_model(model, pre, tmp_path / "export")
     scripted = load_exported(tmp_path / "export")
@@ -160,11 +160,11 @@ def test_fused_tables_on_cuda_without_the_cuda_fbgemm_is_a_clear_error() -> None
         pytest.skip("this machine has the CUDA build of fbgemm-gpu")
     from recsys.data.prepare import SplitConfig, prepare_data
     from recsys.data.synthetic import SyntheticReader
+    from recsys.models import DLRM
     from recsys.models.base import EmbeddingKernel, SparseArchConfig
-    from recsys.train.module import build_model
 
     schema = prepare_data(SyntheticReader(n_rows=300, seed=0), SplitConfig(), embedding_dim=8).schema
-    model = build_model("dlrm", schema, sparse_arch=SparseArchConfig(kernel=EmbeddingKernel.FUSED))
+    model = DLRM(schema, SparseArchConfig(kernel=EmbeddingKernel.FUSED))
     before = model.sparse_arch.embedding_bag_collection
     model.sparse_arch.place_fused_tables(torch.device("cpu"))  # a no-op on the CPU
     assert model.sparse_arch.embedding_bag_collection is before

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from experiments.cli import Terminated, sigterm_raises
+from recsys.runtime import Terminated, sigterm_raises
 from recsys.tracking import RunTracker, fail_orphaned_runs, process_alive, process_identity
 
 REPO = Path(__file__).resolve().parents[2]
@@ -83,3 +83,20 @@ def test_sigterm_raises_and_ends_the_run_killed(uri: str) -> None:
     assert stopped.value.code == 128 + signal.SIGTERM
     assert MlflowClient(uri).get_run(tracker.run_id).info.status == "KILLED"
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_experiments_are_marked_as_model_training(uri: str) -> None:
+    """The MLflow UI opens a model-training experiment on its runs table, not the GenAI overview."""
+    from recsys.tracking import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
+
+    client = MlflowClient(uri)
+    RunTracker("kind-new").finish()
+    assert client.get_experiment_by_name("kind-new").tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    client.create_experiment("kind-old")  # made before the tag existed
+    client.create_experiment("kind-inferred", tags={EXPERIMENT_KIND_TAG: "genai_development_inferred"})
+    client.create_experiment("kind-chosen", tags={EXPERIMENT_KIND_TAG: "genai_development"})
+    for name in ("kind-old", "kind-inferred", "kind-chosen"):
+        RunTracker(name).finish()
+    assert client.get_experiment_by_name("kind-old").tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    assert client.get_experiment_by_name("kind-inferred").tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    assert client.get_experiment_by_name("kind-chosen").tags[EXPERIMENT_KIND_TAG] == "genai_development"  # the user's

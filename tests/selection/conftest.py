@@ -14,10 +14,12 @@ def tiny_config(n_rows: int = 12000, epochs: int = 2, **reader: Any) -> dict[str
         "seed_everything": 0,
         "trainer": {"max_epochs": epochs, "enable_progress_bar": False, "enable_model_summary": False},
         "model": {
-            "arch": "dcnv2",
-            "arch_args": {"cross_layers": 1, "deep_mlp": [32], "structure": "parallel"},
+            "backbone": {
+                "class_path": "recsys.models.DCNv2",
+                "init_args": {"cross_layers": 1, "deep_mlp": [32], "structure": "parallel"},
+            },
             "embedding_kernel": "plain",
-            "learning_rate": 0.01,
+            "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.01}},
             "early_stopping_patience": 0,
         },
         "data": {

@@ -74,7 +74,7 @@ def test_select_on_frappe_writes_curve_and_reduced_config(
     reduced = yaml.safe_load((tmp_cwd / "sel" / "reduced_config.yaml").read_text())
     k = len(reduced["data"]["features"])
     assert reduced["data"]["features"] == ImportanceReport.load(tmp_cwd / "sel" / "report.json").top_k(k)
-    assert reduced["model"]["arch"] == "dcnv2"  # the rest of the config is kept
+    assert reduced["model"]["backbone"]["class_path"] == "recsys.models.DCNv2"  # the rest of the config is kept
 
 
 def test_quality_on_a_csv_file(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:

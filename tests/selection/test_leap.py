@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.cli import instantiate_module
 
 from recsys.data.batching import make_batch, random_batch
 from recsys.data.encoders import Preprocessor
@@ -28,7 +29,7 @@ from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.export import ServingModule, check_parity_in_fresh_process, export_model, synthetic_inputs
 from recsys.models.archs import DCNv2, DeepFM, DLRM
 from recsys.models.base import RankingModel
-from recsys.train.module import build_seam
+from recsys.train.module import RankingTask
 from selection.leap import LeAP, LeAPEvalGate, LeAPRegularizer, LeAPSeam, leap_gates
 from tests.selection.test_permutation import make_frame
 
@@ -225,8 +226,12 @@ def test_options_are_typed_and_validated() -> None:
         LeAPSeam(regularizer="l1")
     with pytest.raises(ValueError, match="penalty"):
         LeAPSeam(penalty=-1.0)
-    built = build_seam({"class_path": "selection.leap.LeAPSeam", "init_args": {"penalty": 0.002}})
+    # model.seam in config form, resolved by jsonargparse as `salience fit` does
+    seam = {"class_path": "selection.leap.LeAPSeam", "init_args": {"penalty": 0.002}}
+    task = instantiate_module(RankingTask, {"schema": small_schema().to_dict(), "embedding_kernel": "plain", "seam": seam})
+    built = task.model.seam
     assert isinstance(built, LeAPSeam) and built.penalty == 0.002 and built.learning_rate == LeAPSeam().learning_rate
+    assert built.field_names == ["u", "tags", "c", "x0", "x1"]  # bound to the model's fields
     with pytest.raises(RuntimeError, match="not bound"):
         LeAPSeam().train()({"a": torch.zeros(2, 3)}, torch.zeros(2, 0))
 
@@ -321,10 +326,9 @@ def synthetic_config(n_rows: int, epochs: int, root: Path) -> dict[str, Any]:
         "seed_everything": 0,
         "trainer": {"max_epochs": epochs, "enable_progress_bar": False, "enable_model_summary": False},
         "model": {
-            "arch": "dcnv2",
-            "arch_args": {"cross_layers": 1, "deep_mlp": [32]},
+            "backbone": {"class_path": "recsys.models.DCNv2", "init_args": {"cross_layers": 1, "deep_mlp": [32]}},
             "embedding_kernel": "plain",
-            "learning_rate": 0.003,
+            "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.003}},
             "early_stopping_patience": 0,
         },
         "data": {

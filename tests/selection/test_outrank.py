@@ -34,6 +34,8 @@ from tests.conftest import require_dataset
 CRITEO_COLUMNS = ["label", *[f"I{i}" for i in range(1, 14)], *[f"C{i}" for i in range(1, 27)]]
 #: the package's ranking: label-vs-feature scores, the label's own row dropped
 PACKAGE = {"null": "package", "dense_bins": None, "ranking": "relevance", "controls": False, "progress": False}
+#: what the README claims: the package's scores reproduced to 3.2e-7 (measured max |diff| 3.21e-7)
+GOLDEN_TOLERANCE = 3.5e-7
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,7 +148,7 @@ def test_golden_scores_match_the_package(criteo: tuple[pd.DataFrame, pd.Series])
     label = factorize(frame["label"])
     ours = pd.Series({c: outrank_score(factorize(frame[c]), label) for c in CRITEO_COLUMNS[1:]})
     diff = (ours - ref.reindex(ours.index)).abs()
-    assert diff.max() <= 1e-5, diff.sort_values().tail()
+    assert diff.max() <= GOLDEN_TOLERANCE, diff.sort_values().tail()
     assert ours.rank().corr(ref.reindex(ours.index).rank()) == pytest.approx(1.0, abs=1e-12)
     assert list(ours.sort_values(ascending=False).index) == list(ref.index)
     # the label-vs-itself pair (the package's top row, dropped from the file): plain MI = H(L)
@@ -164,7 +166,7 @@ def test_golden_through_the_reader(criteo: tuple[pd.DataFrame, pd.Series], data_
     raw = CriteoReader(path=str(data_dir / "criteo-kaggle-head10k" / "train_head10k.txt.gz")).read()
     report = rank_raw(raw, OutRank(**PACKAGE))
     rel = pd.Series(report.extras["relevance"])
-    assert (rel - ref.reindex(rel.index)).abs().max() <= 1e-5
+    assert (rel - ref.reindex(rel.index)).abs().max() <= GOLDEN_TOLERANCE
     assert report.ranking == list(ref.index)
     assert report.extras["batches"] == 1 and report.extras["rows_scored"] == 10_000
     # speed of the whole default method (controls and 3MR pairs included), printed only

@@ -263,10 +263,9 @@ def synthetic_config(root: Path) -> dict[str, Any]:
         "seed_everything": 0,
         "trainer": {"max_epochs": 2, "enable_progress_bar": False, "enable_model_summary": False},
         "model": {
-            "arch": "dcnv2",
-            "arch_args": {"cross_layers": 1, "deep_mlp": [32]},
+            "backbone": {"class_path": "recsys.models.DCNv2", "init_args": {"cross_layers": 1, "deep_mlp": [32]}},
             "embedding_kernel": "plain",
-            "learning_rate": 0.01,
+            "optimizer": {"class_path": "torch.optim.Adam", "init_args": {"lr": 0.01}},
             "early_stopping_patience": 0,
         },
         "data": {

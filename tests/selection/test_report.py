@@ -77,10 +77,11 @@ def test_reduced_schema_and_config(tmp_path: Path) -> None:
     reduced = r.reduced_schema(_schema(), 2)
     assert reduced.names == ["item", "price"]  # schema order kept
     cfg = tmp_path / "c.yaml"
-    cfg.write_text("model: {arch: dcnv2}\ndata:\n  batch_size: 8\n  drop_features: [user]\n")
+    cfg.write_text("model: {backbone: {class_path: recsys.models.DCNv2}}\ndata:\n  batch_size: 8\n  drop_features: [user]\n")
     out = r.reduced_config(cfg, 3)
     assert out["data"]["features"] == ["item", "price", "user"]
-    assert "drop_features" not in out["data"] and out["data"]["batch_size"] == 8 and out["model"] == {"arch": "dcnv2"}
+    assert "drop_features" not in out["data"] and out["data"]["batch_size"] == 8
+    assert out["model"] == {"backbone": {"class_path": "recsys.models.DCNv2"}}
 
 
 def test_save_load_round_trip(tmp_path: Path) -> None:
@@ -151,3 +152,20 @@ def test_run_tracker_as_a_context_finishes_the_run(tmp_cwd: Path) -> None:
     client = MlflowClient(ok.uri)
     assert client.get_run(ok.run_id).info.status == "FINISHED"
     assert client.get_run(bad.run_id).info.status == "FAILED"
+
+
+def test_report_files_written_before_the_shared_helper_still_load(tmp_path: Path) -> None:
+    """The old ``ImportanceReport.save`` wrote JSON without a final newline, whatever the
+    suffix; such files load unchanged (YAML reads JSON), and the suffix now picks the format."""
+    r = _report()
+    for name in ("old.json", "old.yaml"):
+        (tmp_path / name).write_text(json.dumps(r.to_dict(), indent=2, allow_nan=False))
+        assert ImportanceReport.load(tmp_path / name).to_dict() == r.to_dict()
+    assert r.save(tmp_path / "new.json").read_text() == (tmp_path / "old.json").read_text() + "\n"
+    assert ImportanceReport.load(r.save(tmp_path / "new.yaml")).to_dict() == r.to_dict()
+    (tmp_path / "other.json").write_text('{"method": "x"}')
+    with pytest.raises(ValueError, match=r"other\.json: not an importance report \(needs 'method' and 'features'"):
+        ImportanceReport.load(tmp_path / "other.json")
+    (tmp_path / "new_format.json").write_text(json.dumps({**r.to_dict(), "format_version": 9}))
+    with pytest.raises(ValueError, match=r"new_format\.json: report format 9 is newer than this Salience reads"):
+        ImportanceReport.load(tmp_path / "new_format.json")

@@ -278,3 +278,17 @@ def test_unreachable_backend_is_a_clear_error(tmp_cwd: Path) -> None:
     (tmp_cwd / "file").touch()
     with pytest.raises(RuntimeError, match="unreachable"):
         StudyTracker("s", tracking_uri=f"sqlite:///{tmp_cwd / 'file' / 'mlflow.db'}")
+
+
+def test_hpo_experiment_is_marked_as_model_training(uri: str) -> None:
+    from experiments.hpo import tracking
+    from recsys.tracking import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
+
+    assert (tracking.EXPERIMENT_KIND_TAG, tracking.MODEL_TRAINING_KIND) == (EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+
+    StudyTracker("kind-study", experiment="hpo-kind", tracking_uri=uri)
+    client = MlflowClient(uri)
+    assert client.get_experiment_by_name("hpo-kind").tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    client.create_experiment("hpo-kind-old")
+    StudyTracker("kind-study-2", experiment="hpo-kind-old", tracking_uri=uri)
+    assert client.get_experiment_by_name("hpo-kind-old").tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND

@@ -22,7 +22,7 @@ from experiments.hpo.tune import (
     search_space,
     tune,
 )
-from recsys.train.module import ARCHITECTURES
+from recsys.models import DLRM, DCNv2, DeepFM
 from tests.conftest import require_dataset
 
 CONFIGS = Path(__file__).resolve().parents[3] / "experiments" / "configs"
@@ -56,25 +56,26 @@ def _load_with_cli(path: str | Path, capsys: pytest.CaptureFixture[str]) -> dict
     return yaml.safe_load(capsys.readouterr().out)
 
 
-@pytest.mark.parametrize("arch", sorted(ARCHITECTURES))
-def test_search_space_has_ten_typed_hyperparameters_that_map_to_valid_arch_args(arch: str) -> None:
+@pytest.mark.parametrize("backbone", [DCNv2, DeepFM, DLRM], ids=lambda cls: cls.__name__)
+def test_search_space_has_ten_typed_hyperparameters_that_map_to_valid_backbone_args(backbone: type) -> None:
     import inspect
 
-    space = search_space(arch)
+    space = search_space(backbone)
     assert len(space) >= 10
     assert len(set(space.names)) == len(space)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
-    allowed = set(inspect.signature(ARCHITECTURES[arch].__init__).parameters)
+    allowed = set(inspect.signature(backbone.__init__).parameters)
     for _ in range(5):
         trial = study.ask()
         params = space.suggest(trial)
         assert set(trial.distributions) == set(space.names)
         updates = space.config_updates(params, {"dropout": 0.9})
-        assert set(updates["model.arch_args"]) <= allowed
-        assert updates["model.arch_args"]["dropout"] == params["dropout"]  # sampled values win over the config's
+        init_args = updates["model.backbone"]["init_args"]
+        assert set(init_args) <= allowed
+        assert init_args["dropout"] == params["dropout"]  # sampled values win over the config's
         assert updates["model.embedding_kernel"] == "plain"
         assert updates["data.embedding_dim"] in (8, 16, 32)
-    with pytest.raises(ValueError, match="no search space"):
+    with pytest.raises(ValueError, match="model.backbone"):
         search_space("wide-and-deep")
 
 
@@ -155,9 +156,11 @@ def test_tune_end_to_end_prunes_and_writes_a_loadable_best_config(
 
     # the best config: original config + best hyperparameters + the overrides, loadable by `salience fit`
     best = _load_with_cli(result.best_config_path, capsys)  # type: ignore[arg-type]
-    assert best["model"]["learning_rate"] == pytest.approx(result.best_params["learning_rate"])
-    assert best["model"]["optimizer"] == result.best_params["optimizer"]
-    assert best["model"]["arch_args"]["cross_layers"] == result.best_params["cross_layers"]
+    from experiments.hpo.space import OPTIMIZERS
+
+    assert best["model"]["optimizer"]["class_path"] == OPTIMIZERS[result.best_params["optimizer"]]
+    assert best["model"]["optimizer"]["init_args"]["lr"] == pytest.approx(result.best_params["learning_rate"])
+    assert best["model"]["backbone"]["init_args"]["cross_layers"] == result.best_params["cross_layers"]
     assert best["data"]["embedding_dim"] == result.best_params["embedding_dim"]
     assert best["data"]["reader"]["init_args"]["n_rows"] == 3000
     assert best["trainer"]["max_epochs"] == 3  # the config's, not the per-trial budget
@@ -222,11 +225,14 @@ def test_a_server_storage_fails_clearly_and_its_password_is_never_shown(tmp_cwd:
     assert "user:***@127.0.0.1:1/optuna" in str(e.value)
 
 
-def test_a_storage_password_stays_out_of_trial_configs_and_the_result_table() -> None:
-    from experiments.hpo.tune import TuneResult, _Objective, _TrialSettings
+def test_the_trial_reaches_the_fit_as_an_object_and_the_storage_stays_out_of_its_config() -> None:
+    """The objective hands the fit a pruning callback bound to the live trial (no process-global
+    lookup, no storage URL in the fit config, which is saved with the run and logged to MLflow);
+    the result table hides the storage password."""
+    from experiments.hpo.tune import Objective, TrialSettings, TuneResult
 
     url = SERVER_URLS[0]
-    settings = _TrialSettings(
+    settings = TrialSettings(
         config="c.yaml",
         overrides=[],
         storage=url,
@@ -243,11 +249,18 @@ def test_a_storage_password_stays_out_of_trial_configs_and_the_result_table() ->
         keep_checkpoints=False,
         prune_warmup=False,
     )
-    objective = _Objective(settings, None, search_space("dcnv2"), {})  # type: ignore[arg-type]
-    trial = optuna.create_study().ask()
-    args = objective.extra_args(trial, search_space("dcnv2").suggest(trial))
-    assert "s3cret" not in " ".join(args)  # the fit config is saved with the run and logged to MLflow
-    assert "postgresql+psycopg2://user@127.0.0.1:1/optuna" in " ".join(args)
+    fits: list[dict[str, Any]] = []
+    recipe = SimpleNamespace(fit=lambda **kwargs: fits.append(kwargs), workdir="w")
+    objective = Objective(settings, recipe, search_space(DCNv2), {})  # type: ignore[arg-type]
+    study = optuna.create_study(direction="maximize")
+    trial = study.ask()
+    objective.fit(trial, search_space(DCNv2).suggest(trial))
+    (callback,) = fits[0]["callbacks"]
+    assert isinstance(callback, OptunaPruning) and callback.trial is trial
+    args = " ".join(fits[0]["extra_args"])
+    assert "127.0.0.1" not in args and "s3cret" not in args and "callbacks" not in args
+    callback.on_validation_end(_fake_trainer(0.7), None)  # type: ignore[arg-type]
+    assert study.trials[0].intermediate_values == {0: pytest.approx(0.7)}
     table = TuneResult("s", url, None, {}, None, 0, 0, 0).table()
     assert "s3cret" not in table and "user:***@" in table
 
@@ -284,7 +297,7 @@ def _threaded_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     def threads(settings: Any, pruner: Any, remaining: int, workers: int) -> None:
         counter, lock = SimpleNamespace(value=0), threading.Lock()
         pool = [
-            threading.Thread(target=tune_module._run_worker, args=(settings, pruner, remaining, i, counter, lock))
+            threading.Thread(target=tune_module.run_worker, args=(settings, pruner, remaining, i, counter, lock))
             for i in range(workers)
         ]
         for t in pool:
@@ -292,7 +305,7 @@ def _threaded_workers(monkeypatch: pytest.MonkeyPatch) -> None:
         for t in pool:
             t.join()
 
-    monkeypatch.setattr(tune_module, "_spawn_workers", threads)
+    monkeypatch.setattr(tune_module, "spawn_workers", threads)
 
 
 def test_workers_claim_exactly_the_missing_trials(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:

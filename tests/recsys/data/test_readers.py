@@ -474,3 +474,20 @@ def test_tabular_bad_label_names_line(tmp_path: Path) -> None:
     path = _write(tmp_path / "d.csv", lines)
     with pytest.raises(DataError, match=r"d\.csv:4: label 'yes' is outside \{0, 1\}"):
         TabularReader(str(path), str(TINY_SCHEMA)).read()
+
+
+def test_relative_data_dir_is_resolved_once_to_an_absolute_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A relative ``$SALIENCE_DATA_DIR`` still names the same folder after the process changes directory."""
+    from recsys.data.raw import data_dir, resolve_data_path
+
+    (tmp_path / "data" / "frappe").mkdir(parents=True)
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("SALIENCE_DATA_DIR", "data")
+    found = resolve_data_path(None, "frappe")
+    assert found.is_absolute() and found == (tmp_path / "data" / "frappe").absolute()
+    assert data_dir() == (tmp_path / "data").absolute()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert found.is_dir()
+    monkeypatch.delenv("SALIENCE_DATA_DIR")
+    assert data_dir() is None

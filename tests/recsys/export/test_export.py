@@ -88,7 +88,7 @@ def make_frame(n: int = 200, seed: int = 0) -> pd.DataFrame:
     )
 
 
-def build_model(name: str, schema: Schema, seed: int = 0) -> RankingModel:
+def make_model(name: str, schema: Schema, seed: int = 0) -> RankingModel:
     torch.manual_seed(seed)
     fused = name.endswith("_fused")
     model = MODELS[name.removesuffix("_fused")](schema, SparseArchConfig(kernel="fused") if fused else None)
@@ -190,7 +190,7 @@ def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], 
         if variant == "nodense":
             schema = schema.drop(schema.dense_names)
         pre = Preprocessor(schema).fit(frame)
-        model = build_model(name, pre.fitted_schema)
+        model = make_model(name, pre.fitted_schema)
         out_dir = root / f"{name}-{variant}"
         export_model(model, pre, out_dir, metadata={"case": f"{name}-{variant}"})
         batches = [random_batch(pre.fitted_schema, b, seed=100 + b) for b in BATCH_SIZES]
@@ -218,7 +218,7 @@ def test_script_shapes(variant: str) -> None:
     if variant == "nodense":
         schema = schema.drop(schema.dense_names)
     fitted = Preprocessor(schema).fit(make_frame(60)).fitted_schema
-    scripted = torch.jit.script(ServingModule(build_model("dlrm", fitted).eval()))
+    scripted = torch.jit.script(ServingModule(make_model("dlrm", fitted).eval()))
     for b in BATCH_SIZES:
         values, lengths, dense = synthetic_inputs(fitted, b, 5, seed=b)
         probs = scripted(values, lengths, dense)

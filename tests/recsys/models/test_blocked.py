@@ -232,8 +232,9 @@ def test_blocked_plan_overrides_and_config() -> None:
     assert json.loads(dims_arg.split("=", 1)[1]) == {"c": 4, "a": 8}
     assert blocks_arg.startswith("--model.embedding_blocks=")
     assert json.loads(blocks_arg.split("=", 1)[1]) == {"a": [[0, 3, 8], [3, None, 4]]}
-    out = plan.to_config({"model": {"arch": "dlrm", "embedding_blocks": {"c": [[0, -1, 8]], "b": [[0, -1, 8]]}}})
-    assert out["model"] == {"arch": "dlrm", "embedding_blocks": {"b": [[0, -1, 8]], "a": [[0, 3, 8], [3, None, 4]]}}
+    backbone = {"class_path": "recsys.models.DLRM"}
+    out = plan.to_config({"model": {"backbone": backbone, "embedding_blocks": {"c": [[0, -1, 8]], "b": [[0, -1, 8]]}}})
+    assert out["model"] == {"backbone": backbone, "embedding_blocks": {"b": [[0, -1, 8]], "a": [[0, 3, 8], [3, None, 4]]}}
     assert "embedding_blocks" not in DimensionPlan({"c": 4}).to_config({"model": {"embedding_blocks": {"c": [[0, -1, 8]]}}})["model"]
 
 

@@ -673,8 +673,8 @@ def test_oov_row_starts_at_zero(kernel: EmbeddingKernel) -> None:
         assert torch.count_nonzero(weight[1:]) > 0, name
 
 
-@pytest.mark.parametrize("arch", ["dcnv2", "dlrm", "deepfm"])
-def test_dense_only_model_trains_and_scripts(arch: str) -> None:
+@pytest.mark.parametrize("cls", MODELS, ids=lambda c: c.__name__)
+def test_dense_only_model_trains_and_scripts(cls: type[RankingModel]) -> None:
     """A selected subset may keep no sparse feature: the model must still run and export."""
     import numpy as np
 
@@ -682,14 +682,13 @@ def test_dense_only_model_trains_and_scripts(arch: str) -> None:
     from recsys.data.encoders import Preprocessor
     from recsys.data.synthetic import SyntheticConfig, generate
     from recsys.export.serving import ServingModule
-    from recsys.train.module import build_model
 
     raw, _ = generate(SyntheticConfig(n_rows=300))
     raw = raw.select(["price", "relevance_score"])
     pre = Preprocessor(raw.schema).fit(raw.frame)
     batch = make_batch(pre.transform(raw.frame), np.arange(32))
-    args = {"bottom_mlp": [8], "top_mlp": [8]} if arch == "dlrm" else {}
-    model = build_model(arch, pre.fitted_schema, args)
+    args = {"bottom_mlp": [8], "top_mlp": [8]} if cls is DLRM else {}
+    model = cls(pre.fitted_schema, **args)
     loss = torch.nn.functional.binary_cross_entropy_with_logits(model(batch.dense_features, batch.sparse_features), batch.labels)
     loss.backward()
     model.eval()

@@ -34,8 +34,10 @@ def fit_args(root: Path, *extra: str, rows: int = 4000, epochs: int = 2) -> list
         "256",
         "--data.cache_dir",
         str(root / "cache"),
-        "--model.arch_args",
-        "{cross_layers: 1, deep_mlp: [32]}",
+        "--model.backbone.init_args.cross_layers",
+        "1",
+        "--model.backbone.init_args.deep_mlp",
+        "[32]",
         "--trainer.max_epochs",
         str(epochs),
         "--trainer.default_root_dir",
@@ -77,7 +79,11 @@ def test_fit_logs_a_complete_mlflow_run(fitted: tuple[SalienceCLI, Path]) -> Non
     assert 0.5 < metrics["test_auc"] <= 1.0
     assert metrics["export_parity_max_abs_diff"] <= 1e-6
     assert len(client.get_metric_history(run.info.run_id, "val_auc")) == 2  # one point per epoch
-    assert run.data.params["model.arch"] == "dcnv2"
+    assert run.data.params["model.backbone.class_path"] == "recsys.models.DCNv2"
+    assert run.data.params["model.backbone.init_args.deep_mlp"] == "[32]"
+    assert run.data.params["model.optimizer.class_path"] == "torch.optim.Adam"
+    assert float(run.data.params["model.optimizer.init_args.lr"]) == 0.001
+    assert run.data.tags["salience.arch"] == "dcnv2" and run.info.run_name.startswith("dcnv2")
     assert int(run.data.params["data.rows_read"]) == 4000
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"config.yaml", "data_summary.json", "schema.json", "training_curve.png", "model"} <= artifacts
@@ -156,9 +162,12 @@ def test_config_naming_a_missing_feature_lists_available_columns(tmp_cwd: Path) 
         SalienceCLI(args=fit_args(tmp_cwd, "--data.features", "[item_id, no_such_feature]"))
 
 
-def test_unknown_arch_arg_names_the_config_key(tmp_cwd: Path) -> None:
-    with pytest.raises(ValueError, match=r"model.arch_args: unknown key\(s\) \['cross_layerz'\]"):
-        SalienceCLI(args=fit_args(tmp_cwd, "--model.arch_args", "{cross_layerz: 2}"))
+def test_unknown_backbone_arg_names_the_config_key(tmp_cwd: Path, capsys) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        SalienceCLI(args=fit_args(tmp_cwd, "--model.backbone.init_args.cross_layerz", "2"))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert 'Parser key "model.backbone"' in err and "'cross_layerz' is not accepted" in err
 
 
 def test_split_with_one_class_is_a_clear_error(tmp_cwd: Path) -> None:
@@ -175,10 +184,13 @@ def test_split_with_one_class_is_a_clear_error(tmp_cwd: Path) -> None:
 
 
 def test_every_architecture_trains_through_the_cli(tmp_cwd: Path) -> None:
-    for arch, args in (("dlrm", "{bottom_mlp: [8], top_mlp: [16]}"), ("deepfm", "{deep_mlp: [16]}")):
-        cli = SalienceCLI(
-            args=fit_args(tmp_cwd / arch, "--model.arch", arch, "--model.arch_args", args, "--tracking.enabled", "false", epochs=1)
-        )
+    backbones = {  # the two command-line forms: one JSON value, or the class and then its arguments
+        "dlrm": ["--model.backbone", '{"class_path": "recsys.models.DLRM", "init_args": {"bottom_mlp": [8], "top_mlp": [16]}}'],
+        "deepfm": ["--model.backbone=DeepFM", "--model.backbone.init_args.deep_mlp=[16]"],
+    }
+    for arch, backbone in backbones.items():
+        cli = SalienceCLI(args=fit_args(tmp_cwd / arch, *backbone, "--tracking.enabled", "false", epochs=1))
+        assert cli.model.backbone_name == arch
         assert 0.0 <= float(cli.trainer.callback_metrics["test_auc"]) <= 1.0  # quality: experiments/benchmarks/quality.py
         assert cli.export_report["parity_max_abs_diff"] <= 1e-6
 

@@ -24,9 +24,9 @@ import torch.multiprocessing as mp
 from recsys.data.batching import make_batch
 from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
 from recsys.data.synthetic import SyntheticReader
+from recsys.models import DCNv2
 from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
 from recsys.train.distributed import ShardingConfig, ShardingError, build_plan, describe_plan
-from recsys.train.module import build_model
 
 STEPS, BATCH, WORLD = 6, 64, 2
 ARCH_ARGS = {"cross_layers": 2, "deep_mlp": [32, 16], "dropout": 0.0, "structure": "parallel"}
@@ -61,7 +61,7 @@ def _blocks(schema: Any) -> dict[str, list[list[int | None]]] | None:
 def _model(schema: Any, blocks: Any) -> Any:
     torch.manual_seed(0)
     config = SparseArchConfig(kernel=EmbeddingKernel.FUSED, fused_optimizer=FusedOptimizer.ADAGRAD, fused_lr=0.05, blocks=blocks)
-    return build_model("dcnv2", schema, ARCH_ARGS, config)
+    return DCNv2(schema, config, **ARCH_ARGS)
 
 
 def _rows(n: int) -> list[np.ndarray]:
@@ -119,8 +119,8 @@ def _worker(rank: int, port: int, sharding: str, mixed: bool, out: str) -> None:
         dist.destroy_process_group()
         raise
     # done: leave without the interpreter's teardown, where a native thread left by the
-    # distributed stack occasionally aborts the process (see experiments.cli.exit_distributed)
-    from experiments.cli import exit_distributed
+    # distributed stack occasionally aborts the process (see recsys.runtime.exit_distributed)
+    from recsys.runtime import exit_distributed
 
     exit_distributed(0)
 
@@ -207,7 +207,7 @@ def test_plain_kernel_is_refused_with_the_key_to_set() -> None:
 
     prepared = _prepared()
     torch.manual_seed(0)
-    plain = build_model("dcnv2", prepared.schema, ARCH_ARGS, SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
+    plain = DCNv2(prepared.schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN), **ARCH_ARGS)
     with pytest.raises(ShardingError, match="set model.embedding_kernel: fused"):
         shard_model(plain, ShardingConfig(), torch.device("cpu"))
 

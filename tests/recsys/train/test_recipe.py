@@ -9,13 +9,15 @@ import pytest
 import torch
 
 from recsys.models.seam import SeamTransform
-from recsys.train.module import build_seam
 from recsys.train.recipe import Recipe
 
 CONFIG = {
     "seed_everything": 0,
     "trainer": {"max_epochs": 1},
-    "model": {"arch": "dlrm", "arch_args": {"bottom_mlp": [8], "top_mlp": [8]}, "embedding_kernel": "plain"},
+    "model": {
+        "backbone": {"class_path": "recsys.models.DLRM", "init_args": {"bottom_mlp": [8], "top_mlp": [8]}},
+        "embedding_kernel": "plain",
+    },
     "data": {
         "reader": {
             "class_path": "recsys.data.synthetic.SyntheticReader",
@@ -76,18 +78,22 @@ def test_fit_on_a_subset_with_a_seam(tmp_cwd: Path) -> None:
     assert again.root_dir != result.root_dir
 
 
-def test_build_seam_errors_name_the_key() -> None:
-    assert build_seam(None) is None
-    with pytest.raises(ValueError, match="model.seam must be a mapping"):
-        build_seam("selection.LeAPSeam")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match=r"model.seam.class_path='nope.Missing' cannot be imported"):
-        build_seam({"class_path": "nope.Missing"})
-    with pytest.raises(ValueError, match="is not a SeamTransform subclass"):
-        build_seam({"class_path": "torch.nn.Linear"})
-    with pytest.raises(ValueError, match=r"unknown key\(s\) \['args'\]"):
-        build_seam({"class_path": f"{__name__}.ScaleSeam", "args": {}})
-    with pytest.raises(ValueError, match="model.seam.init_args for ScaleSeam"):
-        build_seam({"class_path": f"{__name__}.ScaleSeam", "init_args": {"bogus": 1}})
+@pytest.mark.parametrize(
+    ("seam", "error"),
+    [
+        ({"class_path": "nope.Missing"}, "No module named 'nope'"),
+        ({"class_path": "torch.nn.Linear"}, "does not correspond to a subclass of SeamTransform"),
+        ({"class_path": f"{__name__}.ScaleSeam", "init_args": {"bogus": 1}}, "bogus"),
+    ],
+    ids=["missing", "not-a-seam", "unknown-arg"],
+)
+def test_a_bad_seam_is_an_error_naming_the_key(seam: dict, error: str, tmp_cwd: Path, capsys) -> None:
+    recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True)
+    with pytest.raises(SystemExit) as exit_info:  # jsonargparse rejects it before anything is built
+        recipe.fit(seam=seam, tracking=False)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert 'Parser key "model.seam"' in err and error in err
 
 
 def test_missing_config_file() -> None:

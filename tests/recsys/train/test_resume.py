@@ -29,8 +29,8 @@ def fit_command(root: Path, rows: int = 10000, epochs: int = 4) -> list[str]:
     # dropout, whose draws a resumed fit must repeat; a learning rate at which the validation AUC
     # improves for the first epochs (Lightning 2.6 writes last.ckpt only with a new best checkpoint)
     return [
-        sys.executable, "-m", "experiments.cli", "fit", "--config", str(CONFIG), "--model.learning_rate=0.0001",
-        "--model.arch_args={cross_layers: 2, deep_mlp: [256, 128], dropout: 0.2, structure: parallel}",
+        sys.executable, "-m", "experiments.cli", "fit", "--config", str(CONFIG), "--model.optimizer.init_args.lr=0.0001",
+        "--model.backbone={class_path: recsys.models.DCNv2, init_args: {cross_layers: 2, deep_mlp: [256, 128], dropout: 0.2, structure: parallel}}",
         f"--data.reader.init_args.n_rows={rows}", "--data.batch_size=256", f"--trainer.max_epochs={epochs}",
         "--model.early_stopping_patience=0", f"--trainer.default_root_dir={root}", "--after_fit.export=false",
         f"--data.cache_dir={root / 'cache'}", "--trainer.enable_progress_bar=false",

@@ -27,7 +27,7 @@ def _args(root: Path, epochs: int, *extra: str) -> list[str]:
         "fit", "--config", str(CONFIG),
         "--data.reader.init_args.n_rows", "4000", "--data.reader.init_args.embedding_dim", "8",
         "--data.batch_size", "256", "--data.cache_dir", str(root.parent / "cache"),
-        "--model.arch_args", "{cross_layers: 1, deep_mlp: [32]}", "--model.early_stopping_patience", "0",
+        "--model.backbone.init_args", "{cross_layers: 1, deep_mlp: [32]}", "--model.early_stopping_patience", "0",
         "--trainer.max_epochs", str(epochs), "--trainer.default_root_dir", str(root / "run"),
         "--trainer.enable_progress_bar", "false", "--trainer.enable_model_summary", "false",
         *extra,

@@ -1,0 +1,97 @@
+"""How a ``salience`` process runs: logging, SIGTERM, the end of a distributed process.
+
+Used by every command and benchmark entry point (:mod:`experiments.cli` and the scripts that
+run on their own, e.g. ``python -m experiments.benchmarks.sharding``)::
+
+    configure_logging()              # INFO lines of the project's packages on stderr
+    with sigterm_raises():           # SIGTERM -> Terminated: MLflow runs end KILLED
+        run_command()
+    exit_distributed(0)              # a finished torchrun process leaves without the teardown
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import FrameType
+
+__all__ = ["Terminated", "configure_logging", "exit_distributed", "sigterm_raises"]
+
+
+def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
+    """INFO lines of the project's packages on stderr, one line per message."""
+    # torchrec calls torch.fx.is_fx_tracing() on every KJT build; torch logs a warning about it
+    # once per process that says nothing about the user's run
+    logging.getLogger("torch.fx._symbolic_trace").setLevel(logging.ERROR)
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter(fmt))
+    for name in ("recsys", "experiments", "selection", "embeddings", "generative"):
+        logger = logging.getLogger(name)
+        logger.setLevel(logging.INFO)
+        if not logger.handlers:
+            logger.addHandler(handler)
+        logger.propagate = False  # one line per message, even when a library configured the root logger
+
+
+def exit_distributed(code: int) -> None:
+    """End a finished process of a distributed run (torchrun, gloo/nccl) at once.
+
+    After a sharded run has finished its work (the MLflow run closed, the checkpoints and the
+    export written), the interpreter's teardown occasionally aborts the process ("terminate
+    called without an active exception", SIGABRT) from a native thread the distributed stack
+    leaves behind, and the launcher then reports a finished job as failed. So the process
+    synchronises with the others, flushes its output and leaves without that teardown. A
+    process that is not part of a distributed run returns and exits normally.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    dist.barrier()
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+class Terminated(SystemExit):
+    """The process got SIGTERM (raised in the main thread; exit status 128 + 15)."""
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """For the duration of a command, SIGTERM raises :class:`Terminated` in the main thread, so
+    the paths that end MLflow runs on an exception end them (``KILLED``, see
+    :func:`recsys.tracking.end_status`) instead of the process dying with its runs ``RUNNING``.
+
+    While a Lightning trainer runs, its own handler sits over this one and calls it: the trainer
+    then stops at the next batch boundary (every process of a distributed run together) by
+    raising its ``SIGTERMException``, which exits 0 and so is turned into :class:`Terminated`
+    here; this handler only notes the signal (a second SIGTERM raises at once).
+    """
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live there
+        yield
+        return
+    received = False
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        nonlocal received
+        deferred = signal.getsignal(signal.SIGTERM) is not handler and not received
+        received = True
+        if not deferred:
+            raise Terminated(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    except SystemExit as e:
+        if received and not isinstance(e, Terminated):
+            raise Terminated(128 + signal.SIGTERM) from e
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, previous)

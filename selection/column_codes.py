@@ -1,0 +1,187 @@
+"""Raw columns -> integer codes for OutRank: categorical, multi-hot (token instances), dense
+(quantile bins), and the label (binary, multi-class, or a binned continuous target)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from recsys.data.raw import RawData
+from recsys.data.schema import FeatureKind, FeatureSpec
+from selection.mutual_info import factorize
+
+__all__ = ["EMPTY_BAG", "EncodedColumn", "encode_column", "label_codes", "missing_mask"]
+
+#: the token an empty multi-hot bag is scored as
+EMPTY_BAG = "<empty>"
+
+
+@dataclass
+class EncodedColumn:
+    """One feature as integer codes over the selected rows.
+
+    Args:
+        name: feature name.
+        kind: the feature's kind.
+        codes: one code per row (int64, ``0..K-1``). For a multi-hot feature the code of the
+            whole bag (used in feature-feature and pair scores, which are row-level).
+        missing: boolean mask of missing cells (empty bag for multi-hot).
+        token_rows: multi-hot only: the row of each (row, token) instance, ascending.
+        token_codes: multi-hot only: the token code of each instance (an empty bag is one
+            :data:`EMPTY_BAG` token).
+        binned: dense only: True when the values were cut into quantile bins.
+    """
+
+    name: str
+    kind: FeatureKind
+    codes: np.ndarray
+    missing: np.ndarray
+    token_rows: np.ndarray | None = None
+    token_codes: np.ndarray | None = None
+    binned: bool = False
+
+    @property
+    def is_multi_hot(self) -> bool:
+        return self.token_rows is not None
+
+    def batch(self, start: int, stop: int, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(feature codes, label codes)`` of rows ``start:stop`` (token instances for multi-hot)."""
+        if self.token_rows is None:
+            return self.codes[start:stop], label[start:stop]
+        lo, hi = np.searchsorted(self.token_rows, [start, stop])
+        return self.token_codes[lo:hi], label[self.token_rows[lo:hi]]  # type: ignore[index]
+
+
+def missing_mask(values: pd.Series, spec: FeatureSpec | None = None) -> np.ndarray:
+    """Missing cells: NaN/None, an empty string, or ``spec.missing_value``."""
+    miss = np.array(values.isna().to_numpy(), dtype=bool)
+    if values.dtype == object or pd.api.types.is_string_dtype(values.dtype):
+        miss |= (values == "").to_numpy()
+    if spec is not None and spec.missing_value is not None:
+        miss |= (values == spec.missing_value).to_numpy()
+    return miss
+
+
+def _quantile_codes(x: np.ndarray, bins: int) -> np.ndarray:
+    """Quantile-bin codes of floats ``x`` (ties merge bins); NaN gets its own last code."""
+    finite = np.isfinite(x)
+    if not finite.any():
+        return factorize(np.where(np.isnan(x), 0, np.sign(x)).astype(np.int64))
+    edges = np.unique(np.quantile(x[finite], np.linspace(0.0, 1.0, bins + 1)[1:-1]))
+    codes = np.searchsorted(edges, x, side="right").astype(np.int64)
+    codes[np.isnan(x)] = len(edges) + 1
+    return factorize(codes)
+
+
+def encode_column(values: pd.Series, spec: FeatureSpec | None = None, dense_bins: int | None = 32) -> EncodedColumn:
+    """Integer-code one raw column for OutRank.
+
+    * categorical (and any column without a spec): every distinct raw value is a category, a
+      missing cell (NaN or empty string) is one more category; ``"1"`` and ``1.0`` are
+      different values, as in pandas ``category`` codes.
+    * multi-categorical: cells are token strings joined by ``spec.separator``; each (row,
+      token) pair becomes an instance carrying its row's label (empty tokens are dropped, a
+      repeated token in one bag counts once, an empty bag is the one token ``<empty>``). The
+      row-level ``codes`` are the bag's own codes (its cell string).
+    * dense: with more than ``dense_bins`` distinct finite values, the values are cut into
+      ``dense_bins`` quantile bins (ties merge bins, NaN its own bin); otherwise, or with
+      ``dense_bins=None`` (the package's behaviour), every raw value is a category.
+
+    Args:
+        values: the column over the selected rows (any index).
+        spec: the feature's schema entry (its kind and separator); None = categorical.
+        dense_bins: quantile bins of a many-valued dense column; None keeps raw values.
+
+    Returns:
+        The :class:`EncodedColumn`.
+    """
+    kind = spec.kind if spec is not None else FeatureKind.CATEGORICAL
+    name = spec.name if spec is not None else str(values.name)
+    values = values.reset_index(drop=True)
+    missing = missing_mask(values, spec)
+    if kind is FeatureKind.MULTI_CATEGORICAL:
+        sep = spec.separator if spec is not None else "|"
+        cells = values.where(~missing, "").astype(str)
+        parts = cells.str.split(sep, regex=False).explode()
+        rows = parts.index.to_numpy(dtype=np.int64)
+        tokens = parts.to_numpy(dtype=object)
+        keep = tokens != ""
+        has_token = np.bincount(rows[keep], minlength=len(values)) > 0
+        empty_bag = ~has_token
+        rows = np.concatenate([rows[keep], np.flatnonzero(empty_bag)])
+        tokens = np.concatenate([tokens[keep], np.full(int(empty_bag.sum()), EMPTY_BAG, dtype=object)])
+        tok = factorize(tokens)
+        pairs = np.unique(rows * (int(tok.max()) + 1 if tok.size else 1) + tok)
+        k = int(tok.max()) + 1 if tok.size else 1
+        return EncodedColumn(name, kind, factorize(cells), empty_bag, token_rows=pairs // k, token_codes=pairs % k)
+    if kind is FeatureKind.DENSE:
+        x = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+        missing = missing | np.isnan(x)
+        distinct = len(np.unique(x[~np.isnan(x)]))
+        if dense_bins is not None and distinct > dense_bins:
+            return EncodedColumn(name, kind, _quantile_codes(x, int(dense_bins)), missing, binned=True)
+        return EncodedColumn(name, kind, factorize(values), missing)
+    if missing.any() and not pd.api.types.is_numeric_dtype(values.dtype):  # NaN, None and "": one code
+        values = values.where(values.notna(), "")
+    return EncodedColumn(name, kind, factorize(values), missing)
+
+
+def label_codes(
+    raw: RawData,
+    rows: np.ndarray | None = None,
+    *,
+    target_bins: int | None = None,
+    max_classes: int = 50,
+) -> np.ndarray:
+    """Integer codes of the label over ``rows`` (positions into ``raw.frame``; None = all).
+
+    Binary and multi-class integer (or string) labels are coded by value. A continuous target
+    (non-integer floats, or more than ``max_classes`` distinct values) is refused unless
+    ``target_bins=K`` bins it into K quantile bins.
+
+    Raises:
+        ValueError: naming the label column and ``raw.report.source`` for a missing label
+            value, a continuous target without ``target_bins``, or a single class.
+    """
+    col_name = raw.schema.label
+    source = raw.report.source
+    col = raw.frame[col_name]
+    if rows is not None:
+        col = col.iloc[rows]
+    if col.isna().any():
+        raise ValueError(
+            f"{source}: label column {col_name!r} has {int(col.isna().sum())} missing value(s); "
+            f"drop or fill those rows before ranking"
+        )
+    numeric = pd.to_numeric(col, errors="coerce")
+    is_numeric = not numeric.isna().any()
+    if target_bins is not None:
+        if not is_numeric:
+            raise ValueError(f"{source}: target_bins needs a numeric label column, {col_name!r} is not")
+        if target_bins < 2:
+            raise ValueError(f"target_bins must be >= 2, got {target_bins}")
+        codes = _quantile_codes(numeric.to_numpy(dtype=np.float64), int(target_bins))
+    else:
+        n_distinct = int(col.nunique())
+        if is_numeric:
+            x = numeric.to_numpy(dtype=np.float64)
+            continuous = not np.all(np.isfinite(x)) or not np.all(x == np.round(x))
+        else:
+            continuous = False
+        if continuous or n_distinct > max_classes:
+            why = "non-integer values" if continuous else f"{n_distinct} distinct values (max_classes={max_classes})"
+            raise ValueError(
+                f"{source}: label column {col_name!r} looks like a continuous target ({why}); OutRank "
+                f"groups rows by label value, so bin it: pass target_bins=K (e.g. OutRank(target_bins=10)) "
+                f"to cut it into K quantile bins"
+            )
+        codes = factorize(numeric if is_numeric else col)
+    if len(np.unique(codes)) < 2:
+        value = col.iloc[0] if len(col) else None
+        raise ValueError(
+            f"{source}: label column {col_name!r} has a single class ({value!r} in all {len(col)} scored rows); "
+            f"mutual information with the label is 0 for every feature, so nothing can be ranked"
+        )
+    return codes

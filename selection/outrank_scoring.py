@@ -1,0 +1,381 @@
+"""OutRank's pass over the rows: mini-batches, noise controls and pair matrices -> :class:`OutRankScores`.
+
+:func:`score_raw` scores every feature of a :class:`~recsys.data.raw.RawData` against its label
+with the settings of an :class:`OutRankConfig` (:class:`selection.outrank.OutRank` is one), batch
+by batch, without ranking; :mod:`selection.outrank` turns the scores into the report and
+:func:`selection.base.screen_leakage` reads the label-copy check from them.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import asdict, dataclass
+from enum import Enum, unique
+from typing import Any
+
+import numpy as np
+
+from recsys.data.raw import RawData
+from selection.column_codes import EncodedColumn, encode_column, label_codes
+from selection.mutual_info import NullModel, factorize, outrank_score, pair_codes, plain_mi
+
+__all__ = [
+    "CONTROL_PREFIX",
+    "MIN_TRAILING_BATCH",
+    "Aggregation",
+    "OutRankConfig",
+    "OutRankScores",
+    "Ranking",
+    "RedundancyScore",
+    "score_raw",
+]
+
+#: prefix of the control (noise baseline) columns
+CONTROL_PREFIX = "CONTROL-"
+#: a trailing partial batch is scored only above this many rows (unless it is the only batch)
+MIN_TRAILING_BATCH = 1024
+#: controls that are pure noise, used to flag features ``below_noise`` (closest log-cardinality)
+_NOISE_CONTROLS = ("binary", "int100", "int2000", "int10000", "int50000", "gaussian", "uniform")
+
+
+@unique
+class Ranking(str, Enum):
+    """What the report ranks by."""
+
+    COMBINED = "combined"  # 3MR greedy: relevance - alpha * redundancy + beta * relation
+    RELEVANCE = "relevance"  # the corrected score S(feature; label) alone
+
+
+@unique
+class RedundancyScore(str, Enum):
+    """How the feature-feature (redundancy) and pair-vs-label (relation) scores are computed."""
+
+    CORRECTED = "corrected"  # the cardinality-corrected score S (our choice, methods.md 2.3 [INF])
+    PLAIN = "plain"  # plug-in MI: the package's last working 3MR behaviour (up to 8524859)
+
+
+@unique
+class Aggregation(str, Enum):
+    """How 3MR aggregates a pair score over the already selected features."""
+
+    MEDIAN = "median"  # the package's default
+    MEAN = "mean"
+    MAX = "max"  # the strongest pair: an exact copy of any selected feature is demoted
+
+
+@dataclass(frozen=True)
+class OutRankConfig:
+    """The settings of an OutRank pass, what :func:`score_raw` reads (each one is documented on
+    :class:`selection.outrank.OutRank`, the importance method built on them)."""
+
+    minibatch_size: int = 2**14
+    subsampling: int = 1
+    max_rows: int | None = None
+    dense_bins: int | None = 32
+    target_bins: int | None = None
+    max_classes: int = 50
+    null: NullModel = NullModel.ROTATION
+    null_rotations: int = 4
+    controls: bool = True
+    leakage_threshold: float = 0.9
+    ranking: Ranking = Ranking.COMBINED
+    alpha: float = 1.0
+    beta: float = 1.0
+    redundancy_score: RedundancyScore = RedundancyScore.CORRECTED
+    redundancy_agg: Aggregation = Aggregation.MAX
+    relation_agg: Aggregation = Aggregation.MEDIAN
+    pair_batches: int | None = 8
+    seed: int = 0
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name, enum in (("ranking", Ranking), ("redundancy_score", RedundancyScore), ("null", NullModel),
+                           ("redundancy_agg", Aggregation), ("relation_agg", Aggregation)):
+            try:
+                object.__setattr__(self, name, enum(getattr(self, name)))
+            except ValueError:
+                raise ValueError(
+                    f"OutRank: {name}={getattr(self, name)!r} is not one of {[e.value for e in enum]}"
+                ) from None
+        for name, low in (("minibatch_size", 2), ("subsampling", 1), ("null_rotations", 1), ("max_classes", 2)):
+            if getattr(self, name) < low:
+                raise ValueError(f"OutRank: {name} must be >= {low}, got {getattr(self, name)}")
+        for name, low in (("max_rows", 2), ("dense_bins", 2), ("target_bins", 2), ("pair_batches", 1)):
+            if getattr(self, name) is not None and getattr(self, name) < low:
+                raise ValueError(f"OutRank: {name} must be >= {low} or None, got {getattr(self, name)}")
+        if not 0.0 < self.leakage_threshold <= 1.0:
+            raise ValueError(f"OutRank: leakage_threshold must be in (0, 1], got {self.leakage_threshold}")
+
+    def describe(self) -> dict[str, Any]:
+        return {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items()}
+
+
+@dataclass
+class OutRankScores:
+    """Per-feature relevance (and optionally pair) scores of one OutRank pass.
+
+    Args:
+        features: scored feature names, schema order.
+        kinds: feature -> kind value.
+        relevance: feature -> median over batches of S(feature; label).
+        batch_relevance: feature -> per-batch scores.
+        cardinality: feature -> median per-batch distinct values (tokens for multi-hot).
+        constant: features with a single code over all scored rows.
+        all_missing: features missing in every scored row.
+        near_constant: features whose most common code holds >= 99% of the scored rows.
+        controls: control name -> {"score", "cardinality"} (median over batches).
+        label_copy_score: median S(label copy; label): the leakage reference.
+        label_entropy: median H(label) (the label-vs-itself pair: plain MI).
+        rows_scored / batches / seconds: what was scored and how long it took.
+        pair_features: features of the pair matrices (None when not computed).
+        redundancy: ``D[i, j]`` = score of feature j with feature i in the label's role.
+        relation: ``Q[i, j]`` = score of the pair column "i AND j" against the label.
+    """
+
+    features: list[str]
+    kinds: dict[str, str]
+    relevance: dict[str, float]
+    batch_relevance: dict[str, list[float]]
+    cardinality: dict[str, float]
+    constant: set[str]
+    all_missing: set[str]
+    near_constant: set[str]
+    controls: dict[str, dict[str, float]]
+    label_copy_score: float
+    label_entropy: float
+    rows_scored: int
+    batches: int
+    seconds: float
+    pair_features: list[str] | None = None
+    redundancy: np.ndarray | None = None
+    relation: np.ndarray | None = None
+
+    def spread(self, feature: str) -> float | None:
+        """Across-batch IQR of ``feature``'s relevance (None with a single batch)."""
+        xs = self.batch_relevance[feature]
+        if len(xs) < 2:
+            return None
+        q1, q3 = np.percentile(xs, [25, 75])
+        return float(q3 - q1)
+
+    def leakage(self, threshold: float) -> dict[str, str]:
+        """Features scoring at least ``threshold`` x the label copy's score -> reason."""
+        ref = self.label_copy_score
+        out = {}
+        if ref <= 0:
+            return out
+        for f in self.features:
+            s = self.relevance[f]
+            if s >= threshold * ref:
+                out[f] = f"leakage: score {s:.4g} = {s / ref:.2f} x the label copy's ({ref:.4g})"
+        return out
+
+    def below_noise(self) -> dict[str, str]:
+        """Features scoring below the noise control closest in log-cardinality -> that control."""
+        noise = {n: c for n, c in self.controls.items() if n.removeprefix(CONTROL_PREFIX) in _NOISE_CONTROLS}
+        out: dict[str, str] = {}
+        if not noise:
+            return out
+        for f in self.features:
+            if f in self.constant:
+                continue
+            card = max(self.cardinality[f], 1.0)
+            dist = {n: abs(math.log(card) - math.log(max(c["cardinality"], 1.0))) for n, c in noise.items()}
+            best = min(dist.values())
+            closest = [n for n, d in dist.items() if d <= best + 1e-9]
+            ref = max(closest, key=lambda n: noise[n]["score"])
+            if self.relevance[f] < noise[ref]["score"]:
+                out[f] = ref
+        return out
+
+
+def _select_rows(n: int, method: OutRankConfig) -> np.ndarray:
+    rows = np.arange(0, n, method.subsampling, dtype=np.int64)
+    if method.max_rows is not None and len(rows) > method.max_rows:
+        rng = np.random.default_rng([method.seed, 1])
+        rows = np.sort(rng.choice(rows, size=method.max_rows, replace=False))
+    return rows
+
+
+def _batches(n: int, size: int) -> list[tuple[int, int]]:
+    """Row ranges of the mini-batches; a trailing partial batch of <= 1024 rows is dropped
+    (the package's rule) unless it is the only batch (the package would score nothing)."""
+    out = [(s, min(s + size, n)) for s in range(0, n, size)]
+    if len(out) > 1 and out[-1][1] - out[-1][0] <= MIN_TRAILING_BATCH:
+        out.pop()
+    return out
+
+
+def _row_hash(columns: Iterable[np.ndarray], n: int) -> np.ndarray:
+    """FNV-style hash of each row's codes (uint64 arithmetic wraps)."""
+    h = np.full(n, 14695981039346656037, dtype=np.uint64)
+    prime = np.uint64(1099511628211)
+    for c in columns:
+        h = (h ^ c.astype(np.uint64)) * prime
+    return h
+
+
+def _control_columns(rng: np.random.Generator, label: np.ndarray, start: int,
+                     row_hash: np.ndarray) -> dict[str, np.ndarray]:
+    """The control columns of one batch (random ones redrawn every batch)."""
+    n = len(label)
+    return {
+        "constant": np.zeros(n, dtype=np.int64),
+        "gaussian": factorize(rng.standard_normal(n)),
+        "uniform": factorize(rng.random(n)),
+        "binary": rng.integers(0, 2, n),
+        "int100": rng.integers(0, 101, n),
+        "int2000": rng.integers(0, 2001, n),
+        "int10000": rng.integers(0, 10001, n),
+        "int50000": rng.integers(0, 50001, n),
+        "sequence": start + np.arange(n, dtype=np.int64),
+        "label-copy": label.copy(),
+        "row-hash": factorize(row_hash),
+    }
+
+
+def _pair_batch_ids(n_batches: int, cap: int | None) -> set[int]:
+    if cap is None or n_batches <= cap:
+        return set(range(n_batches))
+    return {int(round(x)) for x in np.linspace(0, n_batches - 1, cap)}
+
+
+def _compact(x: np.ndarray) -> np.ndarray:
+    return np.unique(x, return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+
+def _pair_view(a: EncodedColumn, b: EncodedColumn, start: int, stop: int,
+               label: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Codes of ``a`` and ``b`` and the label over the instances of rows ``start:stop``.
+
+    Row-level unless one column is multi-hot: then one instance per (row, token) of that
+    column, the other column's row code repeated (two multi-hot columns: ``a``'s tokens
+    against ``b``'s whole bag).
+    """
+    for m, other, swap in ((a, b, False), (b, a, True)):
+        if m.token_rows is not None:
+            lo, hi = np.searchsorted(m.token_rows, [start, stop])
+            rows = m.token_rows[lo:hi]
+            tok = m.token_codes[lo:hi]  # type: ignore[index]
+            oth = other.codes[rows]
+            return (oth, tok, label[rows]) if swap else (tok, oth, label[rows])
+    return a.codes[start:stop], b.codes[start:stop], label[start:stop]
+
+
+def _pair_matrices(cols: list[EncodedColumn], start: int, stop: int, label: np.ndarray, plain: bool,
+                   null: NullModel, rotations: int) -> tuple[np.ndarray, np.ndarray]:
+    """Redundancy ``D[i, j] = score(x_j; x_i)`` and relation ``Q[i, j] = score(x_i AND x_j; label)``."""
+
+    def score(x: np.ndarray, y: np.ndarray) -> float:
+        return plain_mi(x, y) if plain else outrank_score(x, y, null, rotations)
+
+    f = len(cols)
+    d = np.zeros((f, f))
+    q = np.zeros((f, f))
+    for i in range(f):
+        for j in range(i + 1, f):
+            xi, xj, lab = _pair_view(cols[i], cols[j], start, stop, label)
+            xi, xj = _compact(xi), _compact(xj)
+            d[i, j] = score(xj, xi)
+            d[j, i] = score(xi, xj)
+            q[i, j] = q[j, i] = score(pair_codes(xi, xj), lab)
+    return d, q
+
+
+def _progress(items: list[Any], show: bool, desc: str) -> Iterator[Any]:
+    if not show:
+        yield from items
+        return
+    from tqdm.auto import tqdm
+
+    yield from tqdm(items, desc=desc, leave=False)
+
+
+def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool | None = None) -> OutRankScores:
+    """Score every feature of ``raw`` against its label, batch by batch (no ranking).
+
+    Args:
+        raw: the data (its label column is the target).
+        method: the settings (default :class:`OutRankConfig`(), the defaults of :class:`OutRank`).
+        pairs: also compute the redundancy and relation matrices over the non-constant
+            features; default: when ``method.ranking`` is ``combined``.
+
+    Returns:
+        :class:`OutRankScores`.
+    """
+    method = method or OutRankConfig()
+    pairs = method.ranking is Ranking.COMBINED if pairs is None else pairs
+    t0 = time.perf_counter()
+    rows = _select_rows(len(raw.frame), method)
+    label = label_codes(raw, rows, target_bins=method.target_bins, max_classes=method.max_classes)
+    specs = raw.schema.features
+    cols = [encode_column(raw.frame[s.name].iloc[rows], s, method.dense_bins) for s in specs]
+    names = [s.name for s in specs]
+    n = len(rows)
+    batches = _batches(n, method.minibatch_size)
+
+    constant = {c.name for c in cols if len(np.unique(c.codes)) <= 1}
+    all_missing = {c.name for c in cols if c.missing.all()}
+    near_constant = set()
+    for c in cols:
+        if c.name not in constant and np.bincount(c.codes).max() >= 0.99 * n:
+            near_constant.add(c.name)
+    pair_names = [c.name for c in cols if c.name not in constant]
+    pair_cols = [c for c in cols if c.name not in constant]
+    pair_ids = _pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
+
+    rel: dict[str, list[float]] = {f: [] for f in names}
+    card: dict[str, list[int]] = {f: [] for f in names}
+    ctrl: dict[str, list[float]] = {}
+    ctrl_card: dict[str, list[int]] = {}
+    label_entropy: list[float] = []
+    d_list, q_list = [], []
+    rng = np.random.default_rng(method.seed)
+
+    def score(x: np.ndarray, y: np.ndarray) -> float:
+        return outrank_score(x, y, method.null, method.null_rotations)
+
+    show = method.progress and len(batches) > 4
+    for b, (start, stop) in enumerate(_progress(batches, show, "outrank batches")):
+        lab = label[start:stop]
+        label_entropy.append(plain_mi(lab, lab))  # the label-vs-itself pair: plain MI
+        for c in cols:
+            x, y = c.batch(start, stop, label)
+            rel[c.name].append(score(x, y))
+            card[c.name].append(len(np.unique(x)))
+        if method.controls:
+            h = _row_hash((c.codes[start:stop] for c in cols), stop - start)
+            for cname, x in _control_columns(rng, lab, start, h).items():
+                key = CONTROL_PREFIX + cname
+                ctrl.setdefault(key, []).append(score(x, lab))
+                ctrl_card.setdefault(key, []).append(len(np.unique(x)))
+        if b in pair_ids and pair_cols:
+            d, q = _pair_matrices(pair_cols, start, stop, label, method.redundancy_score is RedundancyScore.PLAIN,
+                                  method.null, method.null_rotations)
+            d_list.append(d)
+            q_list.append(q)
+    label_copy = [score(label[s:e], label[s:e]) for s, e in batches]
+    seconds = time.perf_counter() - t0
+    return OutRankScores(
+        features=names,
+        kinds={s.name: s.kind.value for s in specs},
+        relevance={f: float(np.median(v)) for f, v in rel.items()},
+        batch_relevance={f: [float(x) for x in v] for f, v in rel.items()},
+        cardinality={f: float(np.median(v)) for f, v in card.items()},
+        constant=constant,
+        all_missing=all_missing,
+        near_constant=near_constant,
+        controls={
+            k: {"score": float(np.median(v)), "cardinality": float(np.median(ctrl_card[k]))} for k, v in ctrl.items()
+        },
+        label_copy_score=float(np.median(label_copy)),
+        label_entropy=float(np.median(label_entropy)),
+        rows_scored=int(sum(e - s for s, e in batches)),
+        batches=len(batches),
+        seconds=seconds,
+        pair_features=pair_names if pairs else None,
+        redundancy=np.median(np.stack(d_list), axis=0) if d_list else None,
+        relation=np.median(np.stack(q_list), axis=0) if q_list else None,
+    )
