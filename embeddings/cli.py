@@ -35,7 +35,7 @@ from collections.abc import Sequence
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from embeddings.plan import DimensionPlan
 from recsys.argv import parse_options, split_passthrough
@@ -45,6 +45,7 @@ from recsys.io import atomic_savefig, atomic_write_text
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from embeddings.ihas import IHAS
     from recsys.tracking import RunTracker
     from recsys.train.recipe import FitResult, Recipe
 
@@ -261,7 +262,7 @@ def _fit(recipe: Recipe, plan: DimensionPlan, run_name: str, tracking: bool) -> 
 EXPORT_DIR = "export"  # the routed model's export folder under the output folder
 
 
-def _routes(search: Any) -> bool:
+def _routes(search: Any) -> TypeGuard[IHAS]:
     """The search retrains a routed model itself (iHAS: router + one model per cluster)."""
     from embeddings.ihas import IHAS
 
@@ -364,8 +365,14 @@ def dims_main(argv: Sequence[str]) -> int:
         raise SystemExit(f"--option: {e}") from None
     recipe = Recipe(args.config, overrides, workdir=Path("runs") / "dims" / "fits", quiet=True)
     schema = recipe.schema
+    curve: list[tuple[str, int]] = []  # (--curve text, budget)
     try:
         budget = parse_budget(args.budget, schema)
+        for text in curve_budgets:
+            cut_budget = parse_budget(text, schema)
+            if cut_budget is None:
+                raise ValueError(f"--curve {text!r}: give a budget to cut the masks at (a count or FxD)")
+            curve.append((text, cut_budget))
     except ValueError as e:
         raise SystemExit(str(e)) from None
     reference = _reference_plan(args.reference, schema)
@@ -409,8 +416,8 @@ def dims_main(argv: Sequence[str]) -> int:
         else:
             fit = _fit(recipe, plan, f"dims-{args.method}", tracking)
             points = [DimsPoint.from_fit(args.method, fit, plan.dims)]
-            for text in curve_budgets:
-                cut = replan(plan, parse_budget(text, schema))
+            for text, cut_budget in curve:
+                cut = replan(plan, cut_budget)
                 cut_fit = _fit(recipe, cut, f"dims-{args.method}-{text}", tracking)
                 points.append(DimsPoint.from_fit(f"{args.method} @ {text}", cut_fit, cut.dims))
             if reference.dims == plan.dims:  # the same model: train it once

@@ -59,7 +59,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import numpy as np
 import torch
@@ -73,7 +73,9 @@ from embeddings.plan import ALIGNMENT, DimensionPlan, DimensionPlanError, Freque
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
     from recsys.data.schema import Schema
-    from recsys.models.base import RankingModel
+    from torchrec.modules.embedding_modules import EmbeddingBagCollection
+
+    from recsys.models.base import RankingModel, SparseArch
     from recsys.train.recipe import Recipe
 
 __all__ = [
@@ -144,6 +146,7 @@ class BlockMask(nn.Module):
         super().__init__()
         self.bounds = [(int(a), int(b)) for a, b in bounds]
         row_block = torch.cat([torch.full((b - a,), i, dtype=torch.long) for i, (a, b) in enumerate(self.bounds)])
+        self.row_block: torch.Tensor
         self.register_buffer("row_block", row_block, persistent=False)
         self.alpha = nn.Parameter(torch.ones(len(self.bounds), int(dim)))
 
@@ -151,7 +154,7 @@ class BlockMask(nn.Module):
         return weight * self.alpha.index_select(0, self.row_block)
 
 
-def _ebc(model: RankingModel) -> nn.Module:
+def _ebc(model: RankingModel) -> EmbeddingBagCollection:
     arch = model.sparse_arch
     if getattr(arch, "is_fused", False):
         raise ValueError(
@@ -161,7 +164,7 @@ def _ebc(model: RankingModel) -> nn.Module:
     ebc = getattr(arch, "embedding_bag_collection", None)
     if ebc is None:
         raise ValueError("the model has no sparse feature: there is no embedding table to search dims for")
-    return ebc
+    return cast("EmbeddingBagCollection", ebc)  # the plain kernel's torchrec EBC
 
 
 def mask_tables(model: RankingModel, blocks: Sequence[float] = (1.0,), schema: Schema | None = None) -> dict[str, BlockMask]:
@@ -181,10 +184,11 @@ def mask_tables(model: RankingModel, blocks: Sequence[float] = (1.0,), schema: S
             a table that already has a parametrization.
     """
     _ebc(model)  # a plain-kernel model with sparse features, or a clear error
+    arch = cast("SparseArch", model.sparse_arch)
     schema = schema or model.schema
     masks: dict[str, BlockMask] = {}
     for name in model.sparse_names:
-        bag = model.sparse_arch.table(name)
+        bag = arch.table(name)
         if parametrize.is_parametrized(bag, "weight"):
             raise ValueError(f"the table of {name!r} is already masked (mask_tables was called twice)")
         n, dim = bag.weight.shape

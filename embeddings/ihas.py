@@ -306,6 +306,7 @@ class IHASRouter(nn.Module):
         self.gate = gate
         # float64, as the K-means that found them: binary masks are often equidistant from two
         # centroids, and the first-index tie break must match the search's assignment
+        self.centroids: torch.Tensor
         self.register_buffer("centroids", torch.as_tensor(centroids, dtype=torch.float64).clone())
         for p in self.parameters():
             p.requires_grad_(False)
@@ -444,11 +445,12 @@ class IHAS(DimensionSearch):
         if self.max_steps is not None:
             total_steps = min(total_steps, self.max_steps)
         gate_ids = {id(p) for p in gate.parameters()}
+        groups: list[dict[str, Any]] = [
+            {"params": [p for p in model.parameters() if id(p) not in gate_ids]},
+            {"params": list(gate.parameters()), "lr": self.gate_lr},
+        ]
         opt = torch.optim.Adam(
-            [
-                {"params": [p for p in model.parameters() if id(p) not in gate_ids]},
-                {"params": list(gate.parameters()), "lr": self.gate_lr},
-            ],
+            groups,
             lr=optimizer_lr(model_cfg),
         )
         step = 0

@@ -44,6 +44,8 @@ from recsys.data.schema import Schema, SchemaError
 from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
 
 if TYPE_CHECKING:
+    from types import FrameType
+
     from matplotlib.figure import Figure
 
     from recsys.tracking import RunTracker
@@ -103,7 +105,8 @@ def _user_stacklevel() -> int:
     import sys
 
     here = str(Path(__file__).parent)
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and (frame.f_code.co_filename.startswith(here) or frame.f_code.co_filename.startswith("<")):
         frame, level = frame.f_back, level + 1
     return level

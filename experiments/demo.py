@@ -45,6 +45,7 @@ GEN_CONFIG = Path(__file__).resolve().parent / "configs" / "generative" / "synth
 def run_demo(rows: int = 200_000, epochs: int = 3, output: str = "runs/demo", seed: int = 0) -> dict[str, Any]:
     """Run the demo; returns the summary it prints."""
     from recsys.train.cli import SalienceCLI
+    from recsys.trainer_attrs import model_checkpoint
 
     out = Path(output)
     start = time.perf_counter()
@@ -69,11 +70,12 @@ def run_demo(rows: int = 200_000, epochs: int = 3, output: str = "runs/demo", se
     )
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
     tracking = cli.tracking
+    best = model_checkpoint(cli.trainer)
     summary = {
         "rows": rows,
         "test_auc": metrics.get("test_auc"),
         "test_logloss": metrics.get("test_logloss"),
-        "best_val_auc": float(cli.trainer.checkpoint_callback.best_model_score or float("nan")),
+        "best_val_auc": float((best.best_model_score if best is not None else None) or float("nan")),
         "embedding_parameters": cli.model.model.embedding_parameters(),
         "export_dir": str(out / "export"),
         "parity_max_abs_diff": (cli.export_report or {}).get("parity_max_abs_diff"),

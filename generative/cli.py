@@ -21,6 +21,7 @@ from lightning.pytorch.cli import LightningArgumentParser
 
 from generative.tracking import GenerativeTracking
 from generative.train import GenerativeTask, SequenceDataModule
+from recsys.tracking import MlflowTracking
 from recsys.train.cli import TrackedCLI
 
 __all__ = ["GenerativeCLI", "gen_main", "sid_main"]
@@ -63,7 +64,7 @@ class GenerativeCLI(TrackedCLI):
         # serving (beam search inside TorchScript) is for the semantic-ID model; SASRec is the baseline
         return isinstance(self.model.recommender, SIDRecommender)
 
-    def _export(self, export_dir: str | None, tracking: GenerativeTracking | None) -> None:
+    def _export(self, export_dir: str | None, tracking: MlflowTracking | None) -> None:
         """Export the best model with its beam search, then check it in a fresh process on real histories."""
         import torch
 

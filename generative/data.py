@@ -491,11 +491,11 @@ def _read_ml100k(root: Path, min_length: int) -> SequenceData:
     if not rows:
         raise ValueError(f"{data_path}: no ratings")
     table = np.stack(rows)
-    user, item, stamp = table[:, 0], table[:, 1], table[:, 3]
-    order = np.lexsort((item, stamp, user))
-    user, item = user[order], item[order]
-    bounds = np.flatnonzero(np.diff(user)) + 1
-    seqs = np.split(item, bounds)
+    users, items, stamps = table[:, 0], table[:, 1], table[:, 3]
+    order = np.lexsort((items, stamps, users))
+    users, items = users[order], items[order]
+    bounds = np.flatnonzero(np.diff(users)) + 1
+    seqs = np.split(items, bounds)
     return SequenceData.from_raw(
         "ml-100k",
         seqs,

@@ -20,7 +20,7 @@ submodule by duck typing (:class:`StepScorer`), which is how the generative mode
 
 from __future__ import annotations
 
-from typing import List, Protocol, Tuple
+from typing import List, Protocol, Tuple, cast
 
 import numpy as np
 import torch
@@ -106,6 +106,7 @@ class PrefixTrie(nn.Module):
             num_nodes = next_nodes
         offsets = np.cumsum([0] + [t.size for t in tables])
         flat = np.concatenate([t.reshape(-1) for t in tables]).astype(np.int32)
+        self.table: Tensor
         self.register_buffer("table", torch.from_numpy(flat))  # [Σ_l n_l · level_sizes[l]]
         self.level_sizes: List[int] = sizes  # codes per level
         self.offsets: List[int] = [int(o) for o in offsets[:-1]]  # start of level l's table in `table`
@@ -211,7 +212,7 @@ class ConstrainedBeamSearch(nn.Module):
 
     def __init__(self, scorer: nn.Module, trie: PrefixTrie) -> None:
         super().__init__()
-        self.scorer = scorer
+        self.scorer: StepScorer = cast(StepScorer, scorer)  # the module, seen through what the search calls
         self.trie = trie
         self.num_levels: int = trie.num_levels
         self.num_items: int = trie.num_items

@@ -37,7 +37,7 @@ used: the model (and the served call) reads item histories only.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, List, Tuple
+from typing import Any, ClassVar, List, Literal, Tuple
 
 import numpy as np
 import torch
@@ -52,18 +52,25 @@ from generative.decoding import ConstrainedBeamSearch, PrefixTrie, check_codes
 
 __all__ = [
     "EMBEDDING_KERNELS",
+    "HISTORY_TOKENS",
     "MASKED_LOGIT",
+    "HistoryTokens",
     "MeanTokenCrossEntropy",
     "PlainTokenEmbedding",
     "SIDDecoderLayer",
     "SIDRecommender",
     "SIDTransformer",
+    "TokenEmbeddingKind",
     "TorchRecTokenEmbedding",
 ]
 
 MASKED_LOGIT = -1e9  # logit of a code beyond a level's size (finite, so losses stay finite)
-EMBEDDING_KERNELS = ("torchrec", "plain")
-HISTORY_TOKENS = ("token", "item")
+#: the token table: TorchRec's ``EmbeddingCollection`` or a plain ``nn.Embedding`` (see the module doc)
+TokenEmbeddingKind = Literal["torchrec", "plain"]
+#: one encoder position per SID ``token`` of the history (TIGER) or per history ``item``
+HistoryTokens = Literal["token", "item"]
+EMBEDDING_KERNELS: tuple[TokenEmbeddingKind, ...] = ("torchrec", "plain")
+HISTORY_TOKENS: tuple[HistoryTokens, ...] = ("token", "item")
 TOKEN_TABLE = "sid_tokens"
 
 
@@ -220,8 +227,8 @@ class SIDTransformer(nn.Module):
         ff_dim: int = 512,
         dropout: float = 0.1,
         max_history: int = 20,
-        embedding: str = "torchrec",
-        history_tokens: str = "token",
+        embedding: TokenEmbeddingKind = "torchrec",
+        history_tokens: HistoryTokens = "token",
     ) -> None:
         super().__init__()
         arr = check_codes(codes, level_sizes)
@@ -253,6 +260,9 @@ class SIDTransformer(nn.Module):
         self.masked_logit: float = MASKED_LOGIT
         tokens = np.zeros_like(arr)
         tokens[1:] = arr[1:] + 1 + offsets[:-1]
+        self.item_tokens: Tensor
+        self.token_offsets: Tensor
+        self.level_mask: Tensor
         self.register_buffer("item_tokens", torch.from_numpy(tokens))  # [N + 1, L], row 0 = pad tokens
         self.register_buffer("token_offsets", torch.from_numpy(offsets[:-1] + 1))  # [L]: token = offset + code
         width = max(sizes)
@@ -307,7 +317,8 @@ class SIDTransformer(nn.Module):
             x = self.tokens(tokens) + (self.recency(recency) + self.level(level)).unsqueeze(0)
             pad = tokens == 0
         memory = self.encoder(self.dropout(x), src_key_padding_mask=pad)  # [B, S, D]
-        return torch.cat([layer.memory_kv(memory) for layer in self.decoder], dim=-1), pad
+        # (iterating a ModuleList gives type checkers plain Modules)
+        return torch.cat([layer.memory_kv(memory) for layer in self.decoder], dim=-1), pad  # type: ignore[operator]
 
     # -- decoder ------------------------------------------------------------------------------
     def decode(self, memory_kv: Tensor, memory_pad_mask: Tensor, codes: Tensor) -> Tensor:
@@ -391,8 +402,8 @@ class SIDRecommender(NextItemModel):
         dropout: float = 0.1,
         max_history: int = 20,
         beam_size: int = 20,
-        embedding: str = "torchrec",
-        history_tokens: str = "token",
+        embedding: TokenEmbeddingKind = "torchrec",
+        history_tokens: HistoryTokens = "token",
     ) -> None:
         super().__init__()
         arr = check_codes(codes, level_sizes)
@@ -403,6 +414,7 @@ class SIDRecommender(NextItemModel):
         self.num_levels = self.trie.num_levels
         self.level_sizes = list(self.trie.level_sizes)
         self.beam_size = beam_size
+        self.codes: Tensor
         self.register_buffer("codes", torch.from_numpy(arr))  # [N + 1, L]
         self.transformer = SIDTransformer(
             arr, level_sizes, d_model, heads, encoder_layers, decoder_layers, ff_dim, dropout, max_history, embedding,

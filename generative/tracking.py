@@ -7,6 +7,7 @@ from typing import Any
 import lightning.pytorch as pl
 
 from recsys.tracking import MlflowTracking, RunTracker
+from recsys.trainer_attrs import model_checkpoint
 
 __all__ = ["GenerativeTracking", "plot_training_curve", "plot_weight_history", "weight_view"]
 
@@ -49,7 +50,7 @@ def plot_weight_history(history: list[dict[str, Any]]) -> Any:
     panels = [p for p in ("mixture", "position") if (mixtures[0] if p == "mixture" else positions[0]) is not None]
     fig, axes = plt.subplots(1, max(1, len(panels)), figsize=(4.5 * max(1, len(panels)), 3.2), squeeze=False)
     for ax, panel in zip(axes[0], panels, strict=False):
-        series = mixtures if panel == "mixture" else positions
+        series: list[Any] = mixtures if panel == "mixture" else positions  # no None: the panel is shown
         first = series[0]
         keys = list(first) if isinstance(first, dict) else list(range(len(first)))
         for key in keys:
@@ -115,7 +116,7 @@ class GenerativeTracking(MlflowTracking):
             fig = plot_weight_history(weights)
             self.tracker.log_figure(fig, "token_weights.png")
             plt.close(fig)
-        ckpt = trainer.checkpoint_callback
-        if ckpt is not None and getattr(ckpt, "best_model_score", None) is not None:
+        ckpt = model_checkpoint(trainer)
+        if ckpt is not None and ckpt.best_model_score is not None:
             self.tracker.log_metrics({f"best_{ckpt.monitor}": float(ckpt.best_model_score)})
             self.tracker.set_tags({"salience.best_checkpoint": ckpt.best_model_path})

@@ -22,6 +22,7 @@ from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch.utils.data import DataLoader, TensorDataset
 
 from generative.base import Catalog, NextItemModel
+from recsys.trainer_attrs import trainer_datamodule
 
 __all__ = ["Catalog", "GenerativeTask", "SequenceDataModule", "metric_key"]
 
@@ -163,7 +164,7 @@ class SequenceDataModule(pl.LightningDataModule):
         return cat
 
     # -- loaders ---------------------------------------------------------------------------
-    def _tensors(self, part: str) -> TensorDataset:
+    def _tensors(self, part: Literal["train", "valid", "test"]) -> TensorDataset:
         split = self.split
         history = torch.as_tensor(np.asarray(getattr(split, f"{part}_history")), dtype=torch.long)
         target = torch.as_tensor(np.asarray(getattr(split, f"{part}_target")), dtype=torch.long)
@@ -240,26 +241,26 @@ class GenerativeTask(pl.LightningModule):
         if self.recommender is not None:
             return self.recommender
         hp = self.hparams
-        model_cls = NextItemModel.registered_class(hp.arch)
+        model_cls = NextItemModel.registered_class(hp["arch"])
         loss = None
         if model_cls.uses_semantic_ids:
             from generative.weighting import TokenWeighting
 
             if catalog.codes is None or catalog.level_sizes is None:
-                raise ValueError(f"model.arch={hp.arch!r} needs a codebook; the catalogue has none")
-            loss = TokenWeighting.create(hp.weighting, **dict(hp.weighting_options or {}))
+                raise ValueError(f"model.arch={hp['arch']!r} needs a codebook; the catalogue has none")
+            loss = TokenWeighting.create(hp["weighting"], **dict(hp["weighting_options"] or {}))
             loss.fit(catalog.codes, catalog.level_sizes, catalog.train_targets, item_vectors=catalog.item_vectors)
-        model = model_cls.from_catalog(catalog, loss=loss, **dict(hp.model_options or {}))
+        model = model_cls.from_catalog(catalog, loss=loss, **dict(hp["model_options"] or {}))
         self.catalog = catalog
         self.recommender = model
         return model
 
     def configure_model(self) -> None:
         if self.recommender is None and self._trainer is not None:  # without a trainer: from a checkpoint
-            dm = self.trainer.datamodule
+            dm = trainer_datamodule(self.trainer)
             if dm is None:
                 raise RuntimeError("GenerativeTask needs a SequenceDataModule (or a checkpoint) to build its model")
-            self.build(dm.catalog(with_codes=NextItemModel.registered_class(self.hparams.arch).uses_semantic_ids))
+            self.build(dm.catalog(with_codes=NextItemModel.registered_class(self.hparams["arch"]).uses_semantic_ids))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         assert self.catalog is not None
@@ -288,8 +289,8 @@ class GenerativeTask(pl.LightningModule):
     def _eval_step(self, batch: tuple[torch.Tensor, torch.Tensor]) -> None:
         assert self.recommender is not None
         history, target = batch
-        options = {"beam_size": self.hparams.beam_size} if self.recommender.uses_semantic_ids else {}
-        items, _ = self.recommender.recommend(history, self.hparams.eval_k, **options)
+        options = {"beam_size": self.hparams["beam_size"]} if self.recommender.uses_semantic_ids else {}
+        items, _ = self.recommender.recommend(history, self.hparams["eval_k"], **options)
         self._outputs.append((items.cpu(), target.cpu()))
 
     def validation_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
@@ -321,20 +322,22 @@ class GenerativeTask(pl.LightningModule):
         hp = self.hparams
         loss = getattr(self.recommender, "loss_fn", None)
         loss_ids = {id(p) for p in loss.parameters()} if isinstance(loss, torch.nn.Module) else set()
-        decay, no_decay, own = [], [], []
+        decay: list[torch.nn.Parameter] = []
+        no_decay: list[torch.nn.Parameter] = []
+        own: list[torch.nn.Parameter] = []
         for p in self.recommender.parameters():
             if p.requires_grad:
                 (own if id(p) in loss_ids else no_decay if p.ndim < 2 else decay).append(p)
         groups = [
-            {"params": decay, "weight_decay": hp.weight_decay},
+            {"params": decay, "weight_decay": hp["weight_decay"]},
             {"params": no_decay, "weight_decay": 0.0},
-            {"params": own, "weight_decay": 0.0, "lr": hp.weighting_learning_rate},
+            {"params": own, "weight_decay": 0.0, "lr": hp["weighting_learning_rate"]},
         ]
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=hp.learning_rate)
-        if hp.lr_schedule == "constant":
+        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=hp["learning_rate"])
+        if hp["lr_schedule"] == "constant":
             return optimizer
         total = max(1, int(self.trainer.estimated_stepping_batches))
-        warmup = min(hp.warmup_steps, total // 2)
+        warmup = min(hp["warmup_steps"], total // 2)
 
         def factor(step: int) -> float:
             if step < warmup:
@@ -348,13 +351,14 @@ class GenerativeTask(pl.LightningModule):
     def configure_callbacks(self) -> list[Callback]:
         from recsys.train.module import latest_checkpoint
 
-        monitor = self.hparams.monitor
+        monitor = self.hparams["monitor"]
         callbacks: list[Callback] = [
             ModelCheckpoint(monitor=monitor, mode="max", save_last=True, filename="best-{epoch}-{" + monitor + ":.4f}"),
             latest_checkpoint(),
         ]
-        if self.hparams.early_stopping_patience > 0:
-            callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=self.hparams.early_stopping_patience))
+        patience = self.hparams["early_stopping_patience"]
+        if patience > 0:
+            callbacks.append(EarlyStopping(monitor=monitor, mode="max", patience=patience))
         return callbacks
 
 

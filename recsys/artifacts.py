@@ -1,11 +1,12 @@
 """Artifact files: one mapping written as JSON or YAML (chosen by the file's suffix), atomically,
 and read back with errors that name the file.
 
-Every result object with a file format (``Schema``, ``DimensionPlan``, ``ImportanceReport``,
-``PipelineConfig``, the semantic-ID ``Codebook``) goes through :func:`write_artifact` and
-:func:`read_artifact`; the object itself only converts to and from a dict. Files that carry a
-``format_version`` check it with :func:`check_format_version`. Export directories head their
-metadata file with :func:`export_header`.
+Result objects with a file format (``Schema``, ``DimensionPlan``, ``ImportanceReport``,
+``PipelineConfig``) go through :func:`write_artifact` and :func:`read_artifact` and only convert
+to and from a dict themselves; ``rows_key`` keeps a large table (the semantic-ID codebook's
+codes) one row per line. Files that carry a ``format_version`` check it with
+:func:`check_format_version`. Export directories head their metadata file with
+:func:`export_header`.
 
 Example::
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-__all__ = ["KMeansResult", "kmeans", "kmeans_plus_plus", "nearest_centroid"]
+__all__ = ["KMeansResult", "kmeans", "kmeans_plus_plus", "nearest_centroid", "row_norms"]
 
 #: rows per chunk of the nearest-centroid search (bounds the N x K distance matrix)
 CHUNK = 32768
@@ -41,21 +41,30 @@ class KMeansResult(NamedTuple):
     iterations: int  #: Lloyd's iterations run
 
 
-def nearest_centroid(x: Tensor, c: Tensor) -> tuple[Tensor, Tensor]:
-    """Nearest centroid of every row, in row chunks of :data:`CHUNK`.
+def row_norms(x: Tensor) -> Tensor:
+    """``|x_i|^2`` as ``[N, 1]``, computed chunk by chunk exactly as :func:`nearest_centroid` does."""
+    return torch.cat([(xb * xb).sum(1, keepdim=True) for xb in x.split(CHUNK)])
+
+
+def nearest_centroid(x: Tensor, c: Tensor, x_sq: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Nearest centroid of every row, in row chunks of :data:`CHUNK`, by
+    ``|x|^2 - 2 x.c + |c|^2``.
 
     Args:
         x: ``[N, d]`` points.
         c: ``[K, d]`` centroids, same dtype and device.
+        x_sq: :func:`row_norms` of ``x``, when the caller reuses it across calls.
 
     Returns:
         index ``[N]`` int64 (the lowest index on ties) and squared distance ``[N]`` (clamped at 0).
     """
     c_sq = (c * c).sum(1)
+    c2 = 2.0 * c  # scaling by 2 is exact: x @ (2c) equals (2x) @ c bit for bit
     idx, dist = [], []
     for i in range(0, len(x), CHUNK):
         xb = x[i : i + CHUNK]
-        d = (xb * xb).sum(1, keepdim=True) - 2.0 * xb @ c.T + c_sq
+        xb_sq = (xb * xb).sum(1, keepdim=True) if x_sq is None else x_sq[i : i + CHUNK]
+        d = xb_sq - xb @ c2.T + c_sq
         m, j = d.min(1)
         idx.append(j)
         dist.append(m.clamp_min(0.0))
@@ -167,10 +176,11 @@ def kmeans(
     distinct = torch.unique(x, dim=0)
     k_eff = min(int(k), len(distinct))
     candidates = distinct if seed_from_distinct else x
+    x_sq = row_norms(x)
     best: KMeansResult | None = None
     for _ in range(max(1, n_init)):
         c = kmeans_plus_plus(candidates, k_eff, generator)
-        assign, dist = nearest_centroid(x, c)
+        assign, dist = nearest_centroid(x, c, x_sq)
         inertia = float(dist.mean())
         it = 0
         for it in range(1, iterations + 1):
@@ -179,7 +189,7 @@ def kmeans(
             sums = torch.zeros_like(c).index_add_(0, assign, x)
             counts = torch.bincount(assign, minlength=len(c)).to(x.dtype)
             c = torch.where((counts > 0)[:, None], sums / counts.clamp_min(1.0)[:, None], c)
-            new_assign, dist = nearest_centroid(x, c)
+            new_assign, dist = nearest_centroid(x, c, x_sq)
             new_inertia = float(dist.mean())
             changed = bool((new_assign != assign).any())
             assign = new_assign

@@ -22,10 +22,12 @@ import os
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import Callback
+
+from recsys.trainer_attrs import model_checkpoint, trainer_datamodule
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -36,6 +38,7 @@ __all__ = [
     "EXPERIMENT_KIND_TAG",
     "MODEL_TRAINING_KIND",
     "MlflowTracking",
+    "RunEndStatus",
     "RunTracker",
     "end_status",
     "experiment_id",
@@ -50,6 +53,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+#: the MLflow status a run ends with
+RunEndStatus = Literal["FINISHED", "FAILED", "KILLED"]
 
 
 def tracking_uri() -> str:
@@ -112,7 +118,7 @@ def process_alive(pid: int, pid_start: str = "") -> bool:
     return True
 
 
-def end_status(exc: BaseException) -> str:
+def end_status(exc: BaseException) -> RunEndStatus:
     """The MLflow status of a run ended by ``exc``: ``KILLED`` when the process was stopped
     (Ctrl-C, or SIGTERM: Lightning's ``SIGTERMException`` and the ``salience`` handler raise
     ``SystemExit``), else ``FAILED``."""
@@ -276,7 +282,7 @@ class RunTracker:
     def artifact_uri(self) -> str:
         return self.client.get_run(self.run_id).info.artifact_uri
 
-    def finish(self, status: str = "FINISHED") -> None:
+    def finish(self, status: RunEndStatus = "FINISHED") -> None:
         """End the run (``FINISHED``, ``FAILED`` or ``KILLED``); idempotent."""
         if not self.finished:
             self.client.set_terminated(self.run_id, status=status)
@@ -335,7 +341,7 @@ class MlflowTracking(Callback):
     def start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> RunTracker | None:
         if not self.enabled or self.tracker is not None:
             return self.tracker
-        dm = trainer.datamodule
+        dm = trainer_datamodule(trainer)
         dataset = getattr(dm, "dataset_name", None) or "salience"
         arch = getattr(pl_module, "backbone_name", type(pl_module).__name__)
         tags = {"salience.dataset": dataset, "salience.arch": str(arch)}
@@ -401,8 +407,8 @@ class MlflowTracking(Callback):
             fig = _training_curve(self.history)
             self.tracker.log_figure(fig, "training_curve.png")
             plt.close(fig)
-        ckpt = trainer.checkpoint_callback
-        if ckpt is not None and getattr(ckpt, "best_model_score", None) is not None:
+        ckpt = model_checkpoint(trainer)
+        if ckpt is not None and ckpt.best_model_score is not None:
             self.tracker.log_metrics({"best_val_auc": float(ckpt.best_model_score)})
             self.tracker.set_tags({"salience.best_checkpoint": ckpt.best_model_path})
 
@@ -419,6 +425,6 @@ class MlflowTracking(Callback):
         if self.tracker is not None and not self.keep_open:
             self.tracker.finish()
 
-    def finish(self, status: str = "FINISHED") -> None:
+    def finish(self, status: RunEndStatus = "FINISHED") -> None:
         if self.tracker is not None:
             self.tracker.finish(status)

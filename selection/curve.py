@@ -234,7 +234,8 @@ class SelectionCurve:
     def from_dict(cls, data: dict[str, Any]) -> SelectionCurve:
         def point(p: dict[str, Any]) -> CurvePoint:  # strict JSON stores NaN as null
             nan = float("nan")
-            return CurvePoint(**{k: (nan if v is None and k not in ("run_id",) else v) for k, v in p.items()})
+            values: dict[str, Any] = {k: (nan if v is None and k not in ("run_id",) else v) for k, v in p.items()}
+            return CurvePoint(**values)
 
         return cls(
             method=data["method"],

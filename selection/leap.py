@@ -216,6 +216,15 @@ class LeAPSeam(SeamTransform):
         self.num_sparse = 0
         self.num_dense = 0
         self.logits = nn.Parameter(torch.zeros(0))
+        # buffers (bind() registers them with their sizes; declared here for type checkers)
+        self.widths: torch.Tensor
+        self.grad_ema: torch.Tensor
+        self.grad_steps: torch.Tensor
+        self.running_mean: torch.Tensor
+        self.mean_steps: torch.Tensor
+        self.last_logits: torch.Tensor
+        self.last_task_grad: torch.Tensor
+        self.last_rho: torch.Tensor
         self.register_buffer("running_mean", torch.zeros(0))
         self._train_steps = 0
         self._history_steps = list[int]()  # training steps at which the gates were recorded

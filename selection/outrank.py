@@ -54,7 +54,7 @@ On top of the score (our design, documented per option in :class:`OutRank`):
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -194,7 +194,7 @@ def _minmax(x: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
     return (x - lo) / (hi - lo) if hi > lo else np.zeros_like(x)
 
 
-_AGG = {Aggregation.MEDIAN: np.median, Aggregation.MEAN: np.mean, Aggregation.MAX: np.max}
+_AGG: dict[Aggregation, Callable[..., np.ndarray]] = {Aggregation.MEDIAN: np.median, Aggregation.MEAN: np.mean, Aggregation.MAX: np.max}
 
 
 def combined_ranking(

@@ -163,7 +163,7 @@ class OutRankScores:
     def leakage(self, threshold: float) -> dict[str, str]:
         """Features scoring at least ``threshold`` x the label copy's score -> reason."""
         ref = self.label_copy_score
-        out = {}
+        out: dict[str, str] = {}
         if ref <= 0:
             return out
         for f in self.features:

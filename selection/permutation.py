@@ -25,7 +25,7 @@ from __future__ import annotations
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 import torch
@@ -43,6 +43,7 @@ from selection.report import ImportanceReport
 __all__ = [
     "FieldShuffle",
     "PermutationImportance",
+    "ScoredSplit",
     "binary_auc",
     "field_permutation",
     "permutation_drops",
@@ -243,6 +244,10 @@ def permutation_importance(
     return mean, std, base
 
 
+#: the splits permutation importance may score (never ``test``: it stays for the final model)
+ScoredSplit = Literal["val", "train"]
+
+
 @dataclass
 class PermutationImportance(ImportanceMethod):
     """Permutation importance of a model trained once by the recipe, scored on a held-out split.
@@ -267,7 +272,7 @@ class PermutationImportance(ImportanceMethod):
 
     name: ClassVar[str] = "permutation"
     repeats: int = 5
-    split: str = "val"
+    split: ScoredSplit = "val"
     seed: int = 0
     max_epochs: int | None = None
     batch_size: int = 8192
@@ -275,10 +280,13 @@ class PermutationImportance(ImportanceMethod):
     leakage_threshold: float = 0.9
 
     def __post_init__(self) -> None:
-        if self.split == "test":
+        split: str = self.split  # options from a plain dict may hold any string
+        if split == "test":
             raise ValueError(
                 "PermutationImportance.split='test' is refused: select on 'val' and keep test for the final model"
             )
+        if split not in get_args(ScoredSplit):
+            raise ValueError(f"PermutationImportance.split={split!r} is not one of {list(get_args(ScoredSplit))}")
         if self.repeats < 1:
             raise ValueError(f"PermutationImportance.repeats must be >= 1, got {self.repeats}")
 

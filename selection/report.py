@@ -137,7 +137,7 @@ class ImportanceReport:
                 feature=names[i],
                 score=float(scores[names[i]]),
                 rank=r + 1,
-                uncertainty=None if uncertainty is None or uncertainty.get(names[i]) is None else float(uncertainty[names[i]]),
+                uncertainty=None if uncertainty is None or (u := uncertainty.get(names[i])) is None else float(u),
                 width=int((widths or {}).get(names[i], 1)),
                 kind=str((kinds or {}).get(names[i], "categorical")),
                 flags=tuple((flags or {}).get(names[i], ())),

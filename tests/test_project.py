@@ -293,3 +293,18 @@ def test_every_benchmark_is_in_the_one_table_of_names() -> None:
     for module in BENCHMARKS.values():
         tree = ast.parse((folder / f"{module}.py").read_text())
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), module
+
+
+def test_packages_type_check_clean() -> None:
+    """mypy, with the ``[tool.mypy]`` settings of ``pyproject.toml``, reports no error in the five
+    packages (a cold run takes minutes; the ``.mypy_cache`` it leaves makes the next ones fast)."""
+    import subprocess
+    import sys
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+    assert tuple(config["packages"]) == PACKAGES, "[tool.mypy] packages must list the five packages"
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), *PACKAGES],
+        cwd=ROOT, capture_output=True, text=True, timeout=1800,
+    )
+    assert result.returncode == 0, f"mypy found type errors (exit {result.returncode}):\n{result.stdout}{result.stderr}"

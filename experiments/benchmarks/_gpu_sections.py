@@ -307,7 +307,7 @@ def _lookup_rates(
             fn()
         clock.sync()
         secs = _repeat(
-            lambda fn=fn: clock.seconds(fn, cfg.lookup_steps) / cfg.lookup_steps, cfg.lookup_repeats, deadline
+            lambda fn=fn: clock.seconds(fn, cfg.lookup_steps) / cfg.lookup_steps, cfg.lookup_repeats, deadline  # type: ignore[misc]
         )
         step = statistics.median(secs)
         block: dict[str, Any] = {
@@ -417,7 +417,7 @@ def _h2d(device: torch.device, host: Batch, cfg: SuiteConfig, clock: _Clock, ste
 
         transfer()  # warm-up
         clock.sync()
-        secs = _repeat(lambda transfer=transfer: clock.seconds(transfer), cfg.h2d_repeats, deadline)
+        secs = _repeat(lambda transfer=transfer: clock.seconds(transfer), cfg.h2d_repeats, deadline)  # type: ignore[misc]
         ms = statistics.median(secs) * 1e3
         out[label] = {"ms_per_batch": _summary([1e3 * s for s in secs]), "gb_per_s": nbytes / (ms / 1e3) / 1e9}
     out["pinned"]["share_of_train_step"] = out["pinned"]["ms_per_batch"]["median"] / step_ms
@@ -570,8 +570,8 @@ def bench_inference(
             for _ in range(cfg.infer_warmup):
                 exported_call()
                 eager_call()
-            lat = _repeat(lambda f=exported_call: clock.latency(f), cfg.infer_repeats, deadline)
-            eager = _repeat(lambda f=eager_call: eager_clock.latency(f), max(1, cfg.infer_repeats // 2), deadline)
+            lat = _repeat(lambda f=exported_call: clock.latency(f), cfg.infer_repeats, deadline)  # type: ignore[misc]
+            eager = _repeat(lambda f=eager_call: eager_clock.latency(f), max(1, cfg.infer_repeats // 2), deadline)  # type: ignore[misc]
         by_size[str(batch_size)] = {
             "exported_ms": _summary([1e3 * s for s in lat]),
             "eager_ms": _summary([1e3 * s for s in eager]),

@@ -32,12 +32,15 @@ import argparse
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
 from experiments.benchmarks._common import isolated_workdir, result_header, spread_of_difference, verdict
 from recsys.io import atomic_savefig, atomic_write_text
+
+if TYPE_CHECKING:
+    from recsys.models.base import RankingModel
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -64,8 +67,8 @@ RUNS: dict[str, dict[str, Any]] = {
 #: search settings (small: the whole benchmark has 20 minutes on 2 cores)
 DNIS_OPTIONS: dict[str, Any] = {"warm_start_epochs": 1, "search_epochs": 2}
 IHAS_OPTIONS: dict[str, Any] = {"num_clusters": 2, "search_epochs": 2, "retrain_epochs": 3}
-QUICK = {"runs": ["criteo/dcnv2", "criteo/dlrm"], "epochs": 1, "seeds": 1,
-         "dnis": {"warm_start_epochs": 1, "search_epochs": 1}, "ihas": {"search_epochs": 1, "retrain_epochs": 1}}
+QUICK: dict[str, Any] = {"runs": ["criteo/dcnv2", "criteo/dlrm"], "epochs": 1, "seeds": 1,
+                         "dnis": {"warm_start_epochs": 1, "search_epochs": 1}, "ihas": {"search_epochs": 1, "retrain_epochs": 1}}
 
 
 def _point(method: str, seed: int, params: int, test_auc: float, test_logloss: float, seconds: float,
@@ -134,7 +137,7 @@ def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str,
         routed = search.retrain(recipe, plan, gate_model)
         retrain_seconds = time.perf_counter() - t
         test = evaluate_logits(routed, recipe.datamodule.prepared.splits["test"])
-        params = sum(int(m.embedding_parameters()) for m in routed.models)
+        params = sum(int(cast("RankingModel", m).embedding_parameters()) for m in routed.models)
         p = _point("ihas", seed, params, test["auc"], test["logloss"], retrain_seconds, plan.dims,
                    plan_parameters=int(plan.num_parameters(schema)), clusters=len(routed.models),
                    search_seconds=round(search_seconds, 2),

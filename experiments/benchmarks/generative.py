@@ -83,7 +83,7 @@ ANCHORS = {
         "TIGER (paper)": {"recall@5": 0.0264, "ndcg@5": 0.0181, "recall@10": 0.0400, "ndcg@10": 0.0225},
     },
 }
-TARGETS = {
+TARGETS: dict[str, Any] = {
     "multi_beats_plain_on": ["recall@10", "ndcg@10"],  # mean over seeds, per dataset
     "weighted_arm_improves_tail_recall@10": True,  # at least one of front/frequency/multi > plain
 }
@@ -136,6 +136,7 @@ def run_arm(dm: Any, arm: str, seed: int, epochs: int, workdir: Path) -> dict[st
     (test,) = trainer.test(task, datamodule=dm, ckpt_path="best", verbose=False, weights_only=True)
     test_seconds = time.perf_counter() - start
     tracking.finish()
+    assert task.recommender is not None  # built by the fit
     params = sum(p.numel() for p in task.recommender.parameters())
     point = {
         "arm": arm,

@@ -396,7 +396,7 @@ def summarise_bayesmark(runs: list[dict[str, Any]], methods: Sequence[str]) -> d
             if r["method"] == m:
                 per_seed.setdefault(r["seed"], []).append(r["score"])
         if per_seed:
-            overall[m] = _mse(np.mean(v) for v in per_seed.values())
+            overall[m] = _mse(float(np.mean(v)) for v in per_seed.values())
     ranks = _ranks({k: {m: -s["score"]["mean"] for m, s in t["methods"].items()} for k, t in tasks.items()})
     return {"tasks": tasks, "mean_score": overall, "average_rank": ranks, "checks": bayesmark_checks(overall)}
 
@@ -513,7 +513,7 @@ def plot(analytic_part: dict[str, Any], path: Path) -> None:
     dims = sorted({t["dim"] for t in tasks.values()})
     fig, axes = plt.subplots(len(functions), len(dims), figsize=(3.2 * len(dims), 2.4 * len(functions)),
                              squeeze=False, sharex=True)
-    colours = dict(zip(METHODS, plt.get_cmap("tab10").colors))
+    colours = dict(zip(METHODS, plt.get_cmap("tab10").colors))  # type: ignore[attr-defined]  # a ListedColormap
     for i, f in enumerate(functions):
         for j, d in enumerate(dims):
             ax = axes[i][j]
@@ -722,7 +722,7 @@ def main(argv: list[str] | None = None) -> int:
 
         from recsys.io import atomic_write_json
 
-        result = json.loads(args.render.read_text())
+        result: dict[str, Any] = json.loads(args.render.read_text())
         stem = args.render.stem
         recompute_checks(result)
         atomic_write_json(args.render, result)
@@ -760,8 +760,8 @@ def main(argv: list[str] | None = None) -> int:
     out = args.output.resolve()
     out.mkdir(parents=True, exist_ok=True)
     stem = "hpo_quick" if args.quick else "hpo"
-    result: dict[str, Any] = {**result_header("hpo", argv, args.quick, TARGETS), "libraries": _libraries(),
-                              "jobs": args.jobs, "seconds": 0.0}
+    result = {**result_header("hpo", argv, args.quick, TARGETS), "libraries": _libraries(),
+              "jobs": args.jobs, "seconds": 0.0}
     start = time.perf_counter()
     if parts & {"analytic", "bayesmark"}:
         with worker_pool(args.jobs) as pool:

@@ -34,6 +34,7 @@ TARGETS = {("frappe", "dcnv2"): 0.97}
 
 def run_one(config: Path, workdir: Path, overrides: list[str]) -> dict[str, Any]:
     from recsys.train.cli import SalienceCLI
+    from recsys.trainer_attrs import model_checkpoint
 
     start = time.perf_counter()
     cli = SalienceCLI(
@@ -57,7 +58,9 @@ def run_one(config: Path, workdir: Path, overrides: list[str]) -> dict[str, Any]
         ]
     )
     metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
-    ckpt = cli.trainer.checkpoint_callback
+    ckpt = model_checkpoint(cli.trainer)
+    if ckpt is None or ckpt.best_model_score is None:
+        raise RuntimeError(f"{config}: the fit saved no best checkpoint (trainer.enable_checkpointing)")
     summary = cli.datamodule.prepared.summary
     return {
         "test_auc": metrics["test_auc"],

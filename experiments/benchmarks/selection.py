@@ -39,7 +39,7 @@ CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 METHODS = ("outrank", "permutation", "leap")
 #: the issue's targets
-TARGETS = {
+TARGETS: dict[str, Any] = {
     "precision_at_10": {"leap": 1.0, "outrank": 1.0, "any": 0.9},
     "leap_vs_plain_run_max": 1.5,
     "permutation_vs_leap_min": 5.0,
@@ -215,7 +215,7 @@ def run_cost(criteo: dict[str, Any] | None, workdir: Path, quick: bool) -> dict[
     """LeAP vs a plain run vs permutation importance (R=5) on the 39 Criteo fields, one process."""
     from recsys.train.recipe import Recipe
     from selection import LeAP, OutRank, PermutationImportance
-    from selection.outrank import rank_raw
+    from selection.outrank import Ranking, rank_raw
 
     s = CURVE_SETTINGS["criteo"]
     epochs = 1 if quick else 3
@@ -243,7 +243,7 @@ def run_cost(criteo: dict[str, Any] | None, workdir: Path, quick: bool) -> dict[
     # OutRank throughput on the raw Criteo rows (all 10k, 39 fields)
     raw = recipe.datamodule.reader.read()
     for label, method in (
-        ("relevance only", OutRank(ranking="relevance", controls=False, progress=False)),
+        ("relevance only", OutRank(ranking=Ranking.RELEVANCE, controls=False, progress=False)),
         ("default (controls + 3MR pairs)", OutRank(progress=False)),
     ):
         t = time.perf_counter()

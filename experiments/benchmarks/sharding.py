@@ -87,11 +87,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
 from recsys.io import atomic_write_text
+
+if TYPE_CHECKING:
+    from recsys.models.base import RankingModel, SparseArch
 
 __all__ = ["ARMS", "ShardingBenchConfig", "main", "run"]
 
@@ -214,11 +217,11 @@ def embedding_memory(model: torch.nn.Module) -> dict[str, Any]:
     if is_sharded(model):
         prefix = EBC_PATH + ".embedding_bags."
         weights = {k[len(prefix) :]: v for k, v in model.state_dict().items() if k.startswith(prefix)}
-        opt_state = model.fused_optimizer.state_dict()["state"]  # type: ignore[operator,union-attr]
+        opt_state = model.fused_optimizer.state_dict()["state"]  # type: ignore[union-attr]
     else:
-        ebc = unwrap(model).sparse_arch.embedding_bag_collection
-        weights = {k.removeprefix("embedding_bags."): v for k, v in ebc.state_dict().items()}
-        opt_state = ebc.fused_optimizer().state_dict()["state"]
+        arch = cast("SparseArch", unwrap(model).sparse_arch)  # the fused kernel (see build)
+        weights = {k.removeprefix("embedding_bags."): v for k, v in arch.embedding_bag_collection.state_dict().items()}
+        opt_state = arch.fused_optimizer().state_dict()["state"]
     tables: dict[str, int] = {}
     weight_bytes = 0
     for key, value in weights.items():
@@ -308,14 +311,15 @@ def train_arm(arm: str, rank: int, world: int, cfg: ShardingBenchConfig) -> dict
     plan = None
     if arm != "single":
         model = shard_model(model, ShardingConfig(sharding=arm), torch.device("cpu"))  # type: ignore[arg-type]
-        plan = model.sharding_description  # type: ignore[attr-defined]
+        plan = model.sharding_description
         if replica_optimizer(model, FusedOptimizer.ROWWISE_ADAGRAD, cfg.emb_lr) is not None:
             raise RuntimeError(f"{arm}: unexpected data-parallel tables")
     batches = [local_batch(b, rank, world) for b in global_batches(cfg)]
     _trim()
     setup_seconds = time.perf_counter() - t0
     rss_setup = _rss_now()
-    stepper = _Stepper(model, torch.optim.Adam(unwrap(model).dense_parameters(), lr=cfg.dense_lr), batches)
+    dense_params = cast("RankingModel", unwrap(model)).dense_parameters()
+    stepper = _Stepper(model, torch.optim.Adam(dense_params, lr=cfg.dense_lr), batches)
 
     threads = list(cfg.single_threads) if arm == "single" else [1]
     rates: dict[str, list[float]] = {f"{t}_threads": [] for t in threads}
@@ -476,7 +480,7 @@ def summarise(per_rank: dict[str, list[dict[str, Any]]], cfg: ShardingBenchConfi
             a: arms[a]["memory"]["rss_peak_bytes_max"] / single["memory"]["rss_peak_bytes_max"] for a in sharded
         },
     }
-    lo, hi = TARGETS["row_wise_rank_share_of_single"]  # type: ignore[misc]
+    lo, hi = cast("list[float]", TARGETS["row_wise_rank_share_of_single"])
     checks = {
         "sharded_weight_bytes_sum_to_single": {a: arms[a]["memory"]["embedding_weight_bytes_total"] == w_single for a in sharded},
         "sharded_optimizer_state_bytes_sum_to_single": {

@@ -53,7 +53,7 @@ import warnings
 import zlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import optuna
@@ -256,7 +256,8 @@ class GIFSampler(BaseSampler):
             return self._seed
         attrs = study._storage.get_study_system_attrs(study._study_id)
         if SEED_ATTR not in attrs:
-            study._storage.set_study_system_attr(study._study_id, SEED_ATTR, int(np.random.SeedSequence().entropy % 2**31))
+            entropy = cast(int, np.random.SeedSequence().entropy)  # an int when drawn from the OS
+            study._storage.set_study_system_attr(study._study_id, SEED_ATTR, int(entropy % 2**31))
             attrs = study._storage.get_study_system_attrs(study._study_id)
         self._make_samplers(int(attrs[SEED_ATTR]))
         return int(attrs[SEED_ATTR])
@@ -284,7 +285,8 @@ class GIFSampler(BaseSampler):
             if self.warmup is not Warmup.LHS_OAT and self.n_warmup is not None:
                 layout = _Warmup(self.n_warmup, self.n_warmup, 0)
             else:
-                (first,) = self._wait_finished(study, [0]) or [None]
+                done = self._wait_finished(study, [0])
+                first = done[0] if done else None
                 d = len(first.distributions) if first is not None else 1
                 if self.warmup is Warmup.LHS_OAT and low + d <= 0.4 * self.n_trials:
                     layout = _Warmup(low + d, low, d)
@@ -307,7 +309,7 @@ class GIFSampler(BaseSampler):
             lhs = self._wait_finished(study, range(warm.n_lhs))
             names = sorted({p for t in lhs for p in t.distributions})
             best = _incumbent_of(lhs, study.direction)
-            info = {"base": -1 if best is None else best.number, "params": dict(best.params) if best else {}, "order": names}
+            info: dict[str, Any] = {"base": -1 if best is None else best.number, "params": dict(best.params) if best else {}, "order": names}
             study._storage.set_study_system_attr(study._study_id, PROBES_ATTR, info)
             attrs = study._storage.get_study_system_attrs(study._study_id)
         self._probe_cache = dict(attrs[PROBES_ATTR])
@@ -361,6 +363,7 @@ class GIFSampler(BaseSampler):
             plain.note = f"no budget left for groups after {n0} warm-start and {n_fb} fallback trials"
             return plain
         seed = self._study_seed(study)
+        importance: dict[str, float] | None
         if self.grouping is Grouping.RANDOM:
             order = list(np.random.default_rng(seed).permutation(params))
             importance = {p: 1.0 / len(params) for p in order}
@@ -537,7 +540,8 @@ class GIFSampler(BaseSampler):
         if plan.phase == WARMUP:
             return self._qmc.sample_relative(study, trial, search_space) if self._qmc is not None else {}
         if plan.phase == GROUP and self.group_history is GroupHistory.PHASE:
-            return (plan.tpe or self._group_tpe).sample_relative(_HistoryView(study, plan), trial, search_space)
+            view = cast(optuna.Study, _HistoryView(study, plan))  # a read-only proxy of the study
+            return (plan.tpe or self._group_tpe).sample_relative(view, trial, search_space)
         return (plan.tpe or self._tpe).sample_relative(study, trial, search_space)
 
     def sample_independent(self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution) -> Any:
@@ -604,7 +608,7 @@ def _incumbent_of(trials: Sequence[FrozenTrial], direction: StudyDirection) -> F
     if not done:
         return None
     sign = 1.0 if direction == StudyDirection.MINIMIZE else -1.0
-    return min(done, key=lambda t: (sign * t.value, t.number))
+    return min(done, key=lambda t: (sign * cast(float, t.value), t.number))
 
 
 def _fits(value: Any, dist: BaseDistribution) -> bool:
@@ -666,6 +670,6 @@ class _quiet_optuna:
         self._warnings.__enter__()
         warnings.simplefilter("ignore")
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         self._warnings.__exit__(*exc)
         optuna.logging.set_verbosity(self._level)

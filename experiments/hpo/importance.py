@@ -135,7 +135,7 @@ def unit_encode(values: list[object], dist: BaseDistribution) -> tuple[np.ndarra
     if isinstance(dist, CategoricalDistribution):
         for i, v in enumerate(values):
             if v is not None:
-                x[i] = dist.to_internal_repr(v)
+                x[i] = dist.to_internal_repr(v)  # type: ignore[arg-type]
         return x, True
     assert isinstance(dist, (FloatDistribution, IntDistribution))
     low, high = float(dist.low), float(dist.high)

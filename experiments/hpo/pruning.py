@@ -174,8 +174,9 @@ class OptunaPruning(Callback):
 
     def _tracker(self, trainer: pl.Trainer) -> Any:
         from recsys.tracking import MlflowTracking
+        from recsys.trainer_attrs import trainer_callbacks
 
-        tracking = next((c for c in trainer.callbacks if isinstance(c, MlflowTracking)), None)
+        tracking = next((c for c in trainer_callbacks(trainer) if isinstance(c, MlflowTracking)), None)
         return tracking.tracker if tracking is not None else None
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -77,7 +77,7 @@ def open_storage(url: str, heartbeat: bool = True) -> optuna.storages.RDBStorage
         engine_kwargs["connect_args"] = {"timeout": 60}  # several workers write to one file
     elif url.startswith(("postgresql", "mysql")):
         engine_kwargs["connect_args"] = {"connect_timeout": 10}
-    hb = {"heartbeat_interval": HEARTBEAT_INTERVAL, "grace_period": GRACE_PERIOD} if heartbeat else {}
+    hb: dict[str, Any] = {"heartbeat_interval": HEARTBEAT_INTERVAL, "grace_period": GRACE_PERIOD} if heartbeat else {}
     import warnings
 
     attempt = 0

@@ -18,13 +18,13 @@ __all__ = ["REPO_ROOT", "portable_path", "portable_paths", "shown_folder"]
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
-def _under(path: str, base: str | Path) -> str | None:
+def _under(path: str, base: str | os.PathLike[str]) -> str | None:
     """``path`` relative to ``base`` (POSIX separators), or None when it is not inside it."""
-    base = os.path.normpath(os.path.abspath(base))
-    if path == base:
+    root = os.path.normpath(os.path.abspath(base))
+    if path == root:
         return "."
-    if path.startswith(base.rstrip(os.sep) + os.sep):
-        return Path(os.path.relpath(path, base)).as_posix()
+    if path.startswith(root.rstrip(os.sep) + os.sep):
+        return Path(os.path.relpath(path, root)).as_posix()
     return None
 
 

@@ -6,7 +6,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 import torch
@@ -16,7 +16,10 @@ from generative.codebook.artifact import _collision_stats
 from generative.codebook.builder import CodebookBuilder
 from generative.codebook.rqkmeans import _nearest, residual_kmeans
 
-__all__ = ["RQVAE"]
+__all__ = ["RQVAE", "RQVAECheckpoint"]
+
+#: which epoch's weights encode the items: the lowest collision rate (``best_collision``) or the ``last``
+RQVAECheckpoint = Literal["best_collision", "last"]
 
 
 def _mlp(dims: Sequence[int]) -> nn.Sequential:
@@ -89,12 +92,12 @@ class RQVAE(CodebookBuilder):
     weight_decay: float = 1e-4
     beta: float = 0.25
     dead_code_reset: bool = True
-    checkpoint: str = "best_collision"
+    checkpoint: RQVAECheckpoint = "best_collision"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.checkpoint not in ("best_collision", "last"):
-            raise ValueError(f"checkpoint must be 'best_collision' or 'last', got {self.checkpoint!r}")
+        if self.checkpoint not in get_args(RQVAECheckpoint):
+            raise ValueError(f"checkpoint must be one of {list(get_args(RQVAECheckpoint))}, got {self.checkpoint!r}")
         if self.epochs < 0 or self.batch_size < 1 or self.latent < 1:
             raise ValueError("epochs must be >= 0, batch_size >= 1, latent >= 1")
 
@@ -167,10 +170,11 @@ class RQVAE(CodebookBuilder):
                 curves[key].append(value)
             if self.checkpoint == "best_collision" and rate <= best_rate:
                 best_rate = rate
-                best_state = copy.deepcopy(
+                snapshot: dict[str, Any] = copy.deepcopy(
                     {"encoder": encoder.state_dict(), "decoder": decoder.state_dict(), "vq": vq.state_dict()}
                 )
-                best_state["epoch"] = epoch
+                snapshot["epoch"] = epoch
+                best_state = snapshot
         chosen = self.epochs
         if best_state is not None:
             encoder.load_state_dict(best_state["encoder"])

@@ -60,6 +60,7 @@ class TokenWeighting(Registered, nn.Module, ABC):
 
     def __init__(self) -> None:
         super().__init__()
+        self.level_size: Tensor
         self.register_buffer("level_size", torch.zeros(0, dtype=torch.long))  # [L] once fit
         for buffer in self._data_buffers:
             self.register_buffer(buffer, torch.zeros(0))

@@ -41,6 +41,8 @@ class Frequency(TokenWeighting):
 
     def __init__(self, beta: float = 0.9) -> None:
         super().__init__()
+        self.token_weights: Tensor  # data buffers (registered by the base class, filled by fit)
+        self.token_counts: Tensor
         if not 0.0 < beta < 1.0:
             raise ValueError(f"beta must be in (0, 1), got {beta}")
         self.beta = float(beta)

@@ -139,6 +139,8 @@ class FrontGreater(TokenWeighting):
 
     def __init__(self, gain: FrontGain | str = FrontGain.DISPERSION, smoothing: float = 1.0) -> None:
         super().__init__()
+        self.position_weights: Tensor  # data buffers (registered by the base class, filled by fit)
+        self.gains: Tensor
         self.gain = _enum(FrontGain, gain, "gain")
         if smoothing < 0 or not math.isfinite(smoothing):
             raise ValueError(f"smoothing must be a finite value >= 0, got {smoothing}")

@@ -107,6 +107,7 @@ class MultiTarget(TokenWeighting):
         self.front = FrontGreater(gain=front_gain, smoothing=smoothing)
         self.frequency = Frequency(beta=beta)
         self.s = nn.Parameter(torch.zeros(3))
+        self.step: Tensor
         self.register_buffer("step", torch.zeros((), dtype=torch.long))
         self._last_losses: Tensor | None = None
 

@@ -159,7 +159,7 @@ class EncodedData:
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
-                np.savez(fh, **arrays)
+                np.savez(fh, **arrays)  # type: ignore[arg-type]  # numpy's stub lets **arrays match allow_pickle
 
     @classmethod
     def load(cls, path: str | Path) -> EncodedData:

@@ -14,7 +14,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -24,11 +24,13 @@ from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema
 from recsys.io import atomic_write_json
 
-__all__ = ["PreparedData", "SplitConfig", "prepare_data", "raw_split", "split_indices"]
+__all__ = ["PreparedData", "SplitConfig", "SplitName", "prepare_data", "raw_split", "split_indices"]
 
 log = logging.getLogger(__name__)
 
-SPLITS = ("train", "val", "test")
+#: the data splits: training rows, validation (selection, early stopping) and test rows
+SplitName = Literal["train", "val", "test"]
+SPLITS: tuple[SplitName, ...] = ("train", "val", "test")
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,7 @@ class PreparedData:
         """Load a saved folder; raises when a split the summary lists is missing or has other rows."""
         summary = json.loads((folder / "summary.json").read_text())
         counts = summary.get("split", {})
-        splits = {}
+        splits: dict[str, EncodedData] = {}
         for name in SPLITS:
             path = folder / f"{name}.npz"
             expected = counts.get(f"{name}_rows")
@@ -192,7 +194,7 @@ def prepare_data(
 def raw_split(
     raw: RawData,
     split: SplitConfig | None = None,
-    name: str = "train",
+    name: SplitName = "train",
     features: list[str] | None = None,
     drop_features: list[str] | None = None,
 ) -> RawData:

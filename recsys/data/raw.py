@@ -5,14 +5,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from recsys.data.schema import Schema, SchemaError
 
-__all__ = ["DataError", "RawData", "ReadReport", "check_labels", "data_dir", "resolve_data_path"]
+__all__ = ["DataError", "IndexUnit", "RawData", "ReadReport", "check_labels", "data_dir", "resolve_data_path"]
+
+#: what a frame's index counts in error messages: source ``line`` numbers or ``row`` numbers
+IndexUnit = Literal["line", "row"]
 
 #: environment variable naming the folder that holds the real datasets
 DATA_DIR_ENV = "SALIENCE_DATA_DIR"
@@ -91,7 +94,7 @@ class RawData:
         return RawData(self.frame[[*schema.names, schema.label]], schema, self.report)
 
 
-def check_labels(labels: pd.Series, source: str, unit: str = "line") -> pd.Series:
+def check_labels(labels: pd.Series, source: str, unit: IndexUnit = "line") -> pd.Series:
     """Return labels as int8 in {0, 1}; raise naming the first bad line (or ``unit``) otherwise."""
     numeric = pd.to_numeric(labels, errors="coerce")
     bad = ~numeric.isin([0, 1])

@@ -57,6 +57,7 @@ from recsys.data.schema import FeatureSpec, Schema
 from recsys.data.synthetic_plan import (
     BY_CARDINALITY,
     LEARNABLE_MIN_COUNT,
+    Effect,
     FeatureRole,
     SyntheticConfig,
     _contributions,
@@ -128,7 +129,7 @@ class FeatureTruth:
     kind: str
     cardinality: int | None = None
     strength: float = 0.0
-    effect: str = "none"
+    effect: Effect = "none"
     contribution_std: float = 0.0
     learnable_share: float = 0.0
     source: str | None = None

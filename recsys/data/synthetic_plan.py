@@ -12,14 +12,19 @@ import zlib
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum, unique
 from functools import lru_cache
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
 
 from recsys.data.schema import DenseTransform, FeatureKind
 
-__all__ = ["BY_CARDINALITY", "LEARNABLE_MIN_COUNT", "FeatureRole", "SyntheticConfig"]
+__all__ = ["BY_CARDINALITY", "LEARNABLE_MIN_COUNT", "DenseDist", "Effect", "FeatureRole", "SyntheticConfig"]
+
+#: the shape of a feature's planted logit contribution (``none``: it has no effect of its own)
+Effect = Literal["none", "categorical", "bag_sum", "rare_flag", "log_linear", "linear", "quadratic", "latin_square"]
+#: how a dense feature's raw values are drawn (``""`` for sparse features)
+DenseDist = Literal["", "lognormal", "normal", "exponential"]
 
 #: (name, cardinality, zipf exponent, scales with ``cardinality_scale``) of the noise
 #: categoricals, taken in order for ``n_noise``; ``noise_id`` is user-like (see ``_user_probs``)
@@ -151,7 +156,7 @@ class _Feature:
     kind: FeatureKind
     role: FeatureRole
     strength: float = 0.0  # planted std of the logit contribution (0: none of its own)
-    effect: str = "none"  # categorical | bag_sum | rare_flag | log_linear | linear | quadratic | latin_square
+    effect: Effect = "none"
     vocab: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=object))  # category strings
     probs: np.ndarray = field(default_factory=lambda: np.empty(0))  # category (token) frequencies
     effects: np.ndarray = field(default_factory=lambda: np.empty(0))  # per-category (token) logit effect
@@ -164,7 +169,7 @@ class _Feature:
     transform: DenseTransform = DenseTransform.NONE
     fill_value: float = 0.0
     nan_rate: float = 0.0
-    dist: str = ""  # dense distribution: lognormal | normal | exponential
+    dist: DenseDist = ""
     loc: float = 0.0
     scale: float = 1.0
 

@@ -15,7 +15,7 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pandas as pd
@@ -48,7 +48,7 @@ __all__ = [
     "save_parity_inputs",
 ]
 
-Records = Sequence[Mapping[str, Any]] | pd.DataFrame
+Records: TypeAlias = Sequence[Mapping[str, Any]] | pd.DataFrame
 
 
 class MissingFeatureError(SchemaError):

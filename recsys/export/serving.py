@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, List
+from typing import Any, List, TypeGuard, cast
 
 import torch
 from torch import nn
@@ -113,8 +113,9 @@ class ServingModule(nn.Module):
             raise ValueError(f"{type(model).__name__} has no num_dense: pass num_dense=...")
         self.model = model
         # no annotations here: TorchScript infers List[str] / int (annotated `list[str]` warns)
-        self.feature_names = list(model.sparse_names if feature_names is None else feature_names)  # values order
-        self.num_dense = int(model.num_dense if num_dense is None else num_dense)  # D_dense
+        names = cast("list[str]", model.sparse_names) if feature_names is None else feature_names
+        self.feature_names = list(names)  # values order
+        self.num_dense = int(cast(int, model.num_dense) if num_dense is None else num_dense)  # D_dense
 
     def forward(self, values: list[torch.Tensor], lengths: list[torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
         n = len(self.feature_names)
@@ -146,7 +147,7 @@ class ServingModule(nn.Module):
         return torch.sigmoid(self.model(dense.to(torch.float32), kjt))
 
 
-def _is_ranking_model(model: nn.Module) -> bool:
+def _is_ranking_model(model: nn.Module) -> TypeGuard[RankingModel]:
     """``model`` carries the :class:`RankingModel` attributes the export reads (schema, sparse
     names, dense width, a sparse arch with its kernel); other modules need an explicit schema."""
     arch = getattr(model, "sparse_arch", None)
@@ -237,7 +238,7 @@ def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
             differ by more than ``PARITY_ATOL``.
     """
     fused = model.sparse_arch
-    if not fused.is_fused:
+    if not isinstance(fused, SparseArch) or not fused.is_fused:  # a dense-only model has no tables
         return model
     device = model_device(model)
     # the same settings (pooling, frequency blocks), the plain kernel
@@ -308,7 +309,7 @@ def export_schema(model: nn.Module, preprocessor: Preprocessor, schema: Schema |
             )
         feats.append(replace(p, embedding_dim=f.embedding_dim))
     out = replace(fitted, features=tuple(feats))
-    order = list(model.sparse_names) if hasattr(model, "sparse_names") else model_schema.sparse_names
+    order = list(cast("list[str]", model.sparse_names)) if hasattr(model, "sparse_names") else model_schema.sparse_names
     if out.sparse_names != order:
         raise ValueError(f"sparse order {out.sparse_names} != model order {order}")
     return out
@@ -390,7 +391,7 @@ def export_model(
         model_schema = _model_schema(model, preprocessor, schema)
         serving_args = {"feature_names": model_schema.sparse_names, "num_dense": len(model_schema.dense_names)}
     schema = export_schema(model, preprocessor, schema)
-    plain = to_plain_kernel(model) if ranking else model
+    plain = to_plain_kernel(cast(RankingModel, model)) if ranking else model
     device = model_device(model)
     cpu_model = plain if device.type == "cpu" else (copy.deepcopy(plain) if plain is model else plain).cpu()
     info = _schema_json(model, preprocessor, schema, dict(metadata or {}))
@@ -418,7 +419,7 @@ def export_model(
         schema_path=output_dir / SCHEMA_FILE,
         loader_path=output_dir / LOADER_FILE,
         max_abs_diff=diff,
-        converted_from_fused=ranking and model.sparse_arch.is_fused,
+        converted_from_fused=ranking and cast(RankingModel, model).sparse_arch.is_fused,
     )
 
 

@@ -34,6 +34,9 @@ class _Projected(RankingModel):
     Subclasses set ``self.projections`` (from :func:`_projections`) in ``__init__``.
     """
 
+    if TYPE_CHECKING:  # for type checkers only: a class annotation at run time would hide RankingModel's from TorchScript
+        projections: nn.ModuleDict
+
     def project(self, sparse: dict[str, torch.Tensor]) -> list[torch.Tensor]:
         """Seam embeddings projected to the common width, in feature order (B x D each)."""
         out: list[torch.Tensor] = []
@@ -79,6 +82,8 @@ class DLRM(_Projected):
         n = len(self.sparse_names) + (1 if self.num_dense else 0)
         self.num_vectors = n
         rows, cols = torch.triu_indices(n, n, offset=1)
+        self.tri_rows: torch.Tensor
+        self.tri_cols: torch.Tensor
         self.register_buffer("tri_rows", rows, persistent=False)
         self.register_buffer("tri_cols", cols, persistent=False)
         over_in = n * (n - 1) // 2 + (width if self.num_dense else 0)

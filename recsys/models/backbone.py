@@ -59,7 +59,7 @@ def resolve_backbone(spec: BackboneSpec | None, key: str = "model.backbone") -> 
         factory = parser.instantiate(parsed).backbone
     except Exception as e:  # jsonargparse raises ArgumentError / ValueError / TypeError
         raise ValueError(f"{key}: {_first_lines(str(e))}") from e
-    return factory  # type: ignore[no-any-return]
+    return factory
 
 
 def build_backbone(spec: BackboneSpec | None, schema: Schema, sparse_arch: SparseArchConfig | None = None) -> RankingModel:

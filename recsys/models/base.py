@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from enum import Enum, unique
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar, List
+from typing import TYPE_CHECKING, Any, ClassVar, List, Literal, cast, get_args
 
 import torch
 from torch import nn
@@ -25,8 +25,13 @@ from recsys.models.seam import IdentitySeam, SeamTransform
 
 if TYPE_CHECKING:
     from optuna.distributions import BaseDistribution
+    from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
+    from torchrec.optim.keyed import KeyedOptimizer
 
-__all__ = ["EmbeddingKernel", "FusedOptimizer", "MLP", "RankingModel", "SparseArch", "SparseArchConfig"]
+__all__ = ["EmbeddingKernel", "FusedOptimizer", "MLP", "Pooling", "RankingModel", "SparseArch", "SparseArchConfig"]
+
+#: how a multi-hot bag is pooled: the sum or the mean of its rows' embeddings
+Pooling = Literal["sum", "mean"]
 
 
 @unique
@@ -64,14 +69,18 @@ class SparseArchConfig:
     kernel: EmbeddingKernel = EmbeddingKernel.PLAIN
     fused_optimizer: FusedOptimizer = FusedOptimizer.ADAGRAD
     fused_lr: float = 0.05
-    pooling: str = "sum"
+    pooling: Pooling = "sum"
     extra: dict[str, Any] = field(default_factory=dict)
     blocks: dict[str, Any] | None = None
     blocks_key: str = BLOCKS_KEY
 
+    def __post_init__(self) -> None:
+        if self.pooling not in get_args(Pooling):
+            raise ValueError(f"SparseArchConfig.pooling={self.pooling!r} is not one of {list(get_args(Pooling))}")
+
 
 def table_configs(
-    schema: Schema, pooling: str = "sum", blocks: dict[str, tuple[Block, ...]] | None = None
+    schema: Schema, pooling: Pooling = "sum", blocks: dict[str, tuple[Block, ...]] | None = None
 ) -> list[EmbeddingBagConfig]:
     """One ``EmbeddingBagConfig`` per sparse feature (table ``t_<name>``), or per (feature,
     frequency block) for the features in ``blocks`` (table ``t_<name>@<b>``, sum-pooled: the
@@ -259,7 +268,23 @@ class SparseArch(nn.Module):
         if block is not None and not 0 <= block < n_blocks:
             held = f"blocks 0..{n_blocks - 1}" if n_blocks else "no frequency blocks"
             raise ValueError(f"{feature!r} has {held}, not block {block}")
-        return self.embedding_bag_collection.embedding_bags[self.table_name(feature, block)]
+        bags = self.embedding_bag_collection.embedding_bags
+        assert isinstance(bags, nn.ModuleDict)
+        table = bags[self.table_name(feature, block)]
+        assert isinstance(table, nn.EmbeddingBag)
+        return table
+
+    @torch.jit.unused
+    def fused_optimizer(self) -> KeyedOptimizer:
+        """The optimizer FBGEMM runs inside the backward of the fused kernel (its state travels
+        with checkpoints).
+
+        Raises:
+            ValueError: the plain kernel (its tables are updated by the dense optimizer).
+        """
+        if not self.is_fused:
+            raise ValueError("the plain embedding kernel has no fused optimizer (model.embedding_kernel: fused)")
+        return cast("FusedEmbeddingBagCollection", self.embedding_bag_collection).fused_optimizer()
 
 
 class EmptySparseArch(nn.Module):
@@ -338,7 +363,9 @@ class RankingModel(nn.Module):
         self.sparse_names: list[str] = schema.sparse_names
         self.embedding_dims: list[int] = [f.embedding_dim for f in schema.sparse]
         self.num_dense: int = len(schema.dense)
-        self.sparse_arch: nn.Module = SparseArch(schema, sparse_arch) if schema.sparse else EmptySparseArch()
+        self.sparse_arch: SparseArch | EmptySparseArch = (
+            SparseArch(schema, sparse_arch) if schema.sparse else EmptySparseArch()
+        )
         self.seam: SeamTransform = IdentitySeam()
         if seam is not None:
             self.set_seam(seam)

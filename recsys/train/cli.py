@@ -35,6 +35,7 @@ from recsys.data.raw import DataError
 from recsys.data.schema import SchemaError
 from recsys.io import atomic_write_json
 from recsys.tracking import MlflowTracking, end_status, process_alive, process_identity
+from recsys.trainer_attrs import model_checkpoint, model_checkpoints, trainer_callbacks
 from recsys.train.datamodule import CTRDataModule
 from recsys.train.module import RankingTask
 
@@ -104,10 +105,10 @@ class FitState(Callback):
             self.state = state
 
     def _record(self, trainer: pl.Trainer) -> None:
-        tracking = next((c for c in trainer.callbacks if isinstance(c, MlflowTracking)), None)
+        tracking = next((c for c in trainer_callbacks(trainer) if isinstance(c, MlflowTracking)), None)
         # the monitor-less callback's file is rewritten every epoch (module.latest_checkpoint);
         # its path is set before the file is written, so it names this save
-        latest = next((c for c in trainer.checkpoint_callbacks if c.monitor is None), None)
+        latest = next((c for c in model_checkpoints(trainer) if c.monitor is None), None)
         path = latest.best_model_path if latest is not None else getattr(trainer.checkpoint_callback, "last_model_path", "")
         self._write(
             trainer,
@@ -156,7 +157,7 @@ class TrackedCLI(LightningCLI):
 
     @property
     def tracking(self) -> MlflowTracking | None:
-        return next((c for c in self.trainer.callbacks if isinstance(c, MlflowTracking)), None)
+        return next((c for c in trainer_callbacks(self.trainer) if isinstance(c, MlflowTracking)), None)
 
     def _resolved_config(self) -> dict[str, Any]:
         import yaml
@@ -186,7 +187,7 @@ class TrackedCLI(LightningCLI):
             log.info("resuming from %s (the previous fit in this folder did not finish)", ckpt_path)
             if self.tracking is not None:
                 self.tracking.resumed_from = previous_run
-        self.trainer.callbacks.append(self.fit_state)
+        trainer_callbacks(self.trainer).append(self.fit_state)
         kwargs.pop("weights_only", None)  # checkpoints hold tensors and plain containers: never unpickle code
         self.trainer.fit(model, ckpt_path=ckpt_path, weights_only=True, **kwargs)
 
@@ -224,7 +225,8 @@ class TrackedCLI(LightningCLI):
                 if tracking is not None:
                     tracking.finish("KILLED")
                 return
-            ckpt = "best" if self.trainer.checkpoint_callback and self.trainer.checkpoint_callback.best_model_path else None
+            best = model_checkpoint(self.trainer)
+            ckpt = "best" if best is not None and best.best_model_path else None
             if cfg["test"] and self.can_test():
                 with warnings.catch_warnings():
                     # "best" is the first ModelCheckpoint by construction (RankingTask.configure_callbacks);
@@ -380,7 +382,7 @@ class SalienceCLI(TrackedCLI):
         from recsys.train.checkpoint import load_checkpoint
 
         trainer = self.trainer
-        callback = trainer.checkpoint_callback
+        callback = model_checkpoint(trainer)
         path = (callback.best_model_path or callback.last_model_path) if callback is not None else ""
         if not path:
             raise ValueError("a sharded run exports from its checkpoint, and this run saved none (trainer.enable_checkpointing)")

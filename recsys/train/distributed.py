@@ -34,20 +34,27 @@ import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 import torch
 import torch.distributed as dist
 from lightning.pytorch.strategies import DDPStrategy
 from torch import nn
 
-from recsys.models.base import EmbeddingKernel, FusedOptimizer, RankingModel, table_configs_for
+from recsys.models.base import EmbeddingKernel, FusedOptimizer, RankingModel, SparseArch, table_configs_for
+from recsys.trainer_attrs import trainer_callbacks
+
+if TYPE_CHECKING:
+    from torchrec.distributed.model_parallel import DistributedModelParallel
+
+    from recsys.train.module import RankingTask
 
 __all__ = [
     "SHARDING_TYPES",
     "ShardedStrategy",
     "ShardingConfig",
     "ShardingError",
+    "ShardingType",
     "build_plan",
     "collective_device",
     "full_fused_optimizer_state",
@@ -64,14 +71,14 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-SHARDING_TYPES = ("auto", "table_wise", "row_wise", "column_wise", "data_parallel")
+#: how a table is split over the processes (``auto``: TorchRec's planner chooses)
+ShardingType = Literal["auto", "table_wise", "row_wise", "column_wise", "data_parallel"]
+SHARDING_TYPES: tuple[ShardingType, ...] = get_args(ShardingType)
 #: the types TorchRec's planner proposes on a CPU topology (the others need a hand-written plan)
 PLANNER_CPU_TYPES = ("table_wise", "column_wise", "table_column_wise", "data_parallel")
 EBC_PATH = "sparse_arch.embedding_bag_collection"
 #: TorchRec's compute kernel with the optimizer fused into the backward
 FUSED = "fused"
-
-ShardingType = Literal["auto", "table_wise", "row_wise", "column_wise", "data_parallel"]
 
 
 class ShardingError(ValueError):
@@ -92,7 +99,7 @@ class ShardingConfig:
     """
 
     sharding: ShardingType = "auto"
-    tables: dict[str, str] = field(default_factory=dict)
+    tables: dict[str, ShardingType] = field(default_factory=dict)
     memory_per_process_gib: float | None = None
     key: str = "trainer.strategy.init_args"
 
@@ -103,7 +110,7 @@ class ShardingConfig:
             if kind not in SHARDING_TYPES:
                 raise ShardingError(f"{self.key}.tables.{name}={kind!r} is not one of {list(SHARDING_TYPES)}")
 
-    def type_of(self, table: str, feature: str) -> str:
+    def type_of(self, table: str, feature: str) -> ShardingType:
         return self.tables.get(feature, self.tables.get(table, self.sharding))
 
 
@@ -116,7 +123,17 @@ def is_sharded(module: nn.Module) -> bool:
 
 def unwrap(module: nn.Module) -> nn.Module:
     """The model inside a ``DistributedModelParallel`` (the module itself otherwise)."""
-    return module.module if is_sharded(module) else module
+    return cast(nn.Module, module.module) if is_sharded(module) else module
+
+
+def _tables_arch(model: RankingModel) -> SparseArch:
+    """``model``'s sparse arch, which must hold embedding tables to shard."""
+    arch = model.sparse_arch
+    if not isinstance(arch, SparseArch) or not arch.feature_names:
+        raise ShardingError(
+            "the model has no embedding tables to shard (a dense-only model): train it without the sharded strategy"
+        )
+    return arch
 
 
 def fused_optimizer_class(opt: FusedOptimizer) -> type:
@@ -129,7 +146,7 @@ def fused_optimizer_class(opt: FusedOptimizer) -> type:
 
 
 def _check_plan_fits(
-    tables: list[Any], kinds: dict[str, str], features: dict[str, str], config: ShardingConfig, world_size: int
+    tables: list[Any], kinds: Mapping[str, str], features: dict[str, str], config: ShardingConfig, world_size: int
 ) -> None:
     """Clear errors for plans the process count cannot meet (``kinds``: table -> type)."""
     tw = [n for n, k in kinds.items() if k == "table_wise"]
@@ -185,7 +202,7 @@ def build_plan(
     from torchrec.distributed.types import ShardingPlan
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
-    tables = table_configs_for(model.sparse_arch)
+    tables = table_configs_for(_tables_arch(model))
     configs = {c.name: c for c in tables}
     features = {name: c.feature_names[0].split("@")[0] for name, c in configs.items()}  # t_<f>@<b> -> f
     kinds = {name: config.type_of(name, features[name]) for name in configs}
@@ -251,7 +268,7 @@ def _to_plain_ebc(model: RankingModel) -> None:
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
     from torchrec.optim.apply_optimizer_in_backward import apply_optimizer_in_backward
 
-    arch = model.sparse_arch
+    arch = _tables_arch(model)
     cfg = arch.config
     tables = table_configs_for(arch)
     # weightless, as in TorchRec's DLRM example: TorchRec keeps the unsharded parameters it
@@ -319,7 +336,7 @@ def shard_model(
     load_full_state_dict(sharded, full)
     if dist.get_rank(pg) == 0:
         log.info("sharding plan over %d processes: %s", world_size, describe_plan(plan))
-    sharded.sharding_description = describe_plan(plan)  # type: ignore[attr-defined]
+    sharded.sharding_description = describe_plan(plan)
     return sharded
 
 
@@ -448,7 +465,7 @@ def replica_parameters(module: nn.Module) -> list[nn.Parameter]:
     :func:`fused_optimizer_class` after the backward (``RankingTask`` does)."""
     if not is_sharded(module):
         return []
-    arch = unwrap(module).sparse_arch
+    arch = cast(RankingModel, unwrap(module)).sparse_arch
     return [p for p in arch.parameters() if p.requires_grad and not hasattr(p, "_in_backward_optimizers")]
 
 
@@ -456,7 +473,8 @@ def _fused_state_entries(module: nn.Module) -> dict[str, Any]:
     """The fused embedding optimizer state as table/state-name -> tensor, e.g.
     ``t_user/momentum1`` (the names TorchRec's sharded tables use)."""
     out: dict[str, Any] = {}
-    for state in module.fused_optimizer.state_dict()["state"].values():
+    sharded = cast("DistributedModelParallel", module)
+    for state in sharded.fused_optimizer.state_dict()["state"].values():
         for name, value in state.items():
             table, _, kind = name.rpartition(".")
             out[f"{table}/{kind}"] = value
@@ -502,7 +520,7 @@ class ShardedStrategy(DDPStrategy):
     def __init__(
         self,
         sharding: ShardingType = "auto",
-        tables: dict[str, str] | None = None,
+        tables: dict[str, ShardingType] | None = None,
         memory_per_process_gib: float | None = None,
         find_unused_parameters: bool = False,
         process_group_backend: str | None = None,
@@ -518,18 +536,20 @@ class ShardedStrategy(DDPStrategy):
         return True
 
     def _shard(self) -> None:
-        task = self.lightning_module
+        task = cast("RankingTask", self.lightning_module)
         if is_sharded(task.model):
             return
-        task.model = shard_model(task.model, self.sharding_config, self.root_device, find_unused_parameters=self.find_unused_parameters)
-        self._log_plan(task.model.sharding_description)
+        sharded = shard_model(task.model, self.sharding_config, self.root_device, find_unused_parameters=self.find_unused_parameters)
+        task.model = sharded  # type: ignore[assignment]  # the task's model becomes the DMP (ranking_model unwraps it)
+        self._log_plan(cast("dict[str, dict[str, Any]]", sharded.sharding_description))
 
     def _log_plan(self, plan: dict[str, dict[str, Any]]) -> None:
         """The plan and the process count go to the run's MLflow run (rank 0 holds it)."""
         from recsys.tracking import MlflowTracking
 
+        assert self.lightning_module is not None
         trainer = self.lightning_module.trainer
-        tracking = next((c for c in trainer.callbacks if isinstance(c, MlflowTracking)), None)
+        tracking = next((c for c in trainer_callbacks(trainer) if isinstance(c, MlflowTracking)), None)
         if tracking is None or tracking.tracker is None:
             return
         tracking.tracker.log_dict(plan, "sharding_plan.json")
@@ -545,6 +565,7 @@ class ShardedStrategy(DDPStrategy):
         # every stage, not only fit (DDP's own setup wraps for fit only); DMP wraps the dense
         # part in DDP itself, and the task's model stays sharded for the test after fit
         self._shard()
+        assert self.model is not None
         self.precision_plugin.convert_module(self.model)
         self.model_to_device()
         if trainer.state.fn == TrainerFn.FITTING:
@@ -554,7 +575,9 @@ class ShardedStrategy(DDPStrategy):
             _optimizers_to_device(self.optimizers, self.root_device)
 
     def lightning_module_state_dict(self) -> dict[str, Any]:
+        assert self.lightning_module is not None
         return full_state_dict(self.lightning_module)
 
     def load_model_state_dict(self, checkpoint: Mapping[str, Any], strict: bool = True) -> None:
+        assert self.lightning_module is not None
         load_full_state_dict(self.lightning_module, checkpoint["state_dict"], strict=strict)

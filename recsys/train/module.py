@@ -18,7 +18,7 @@ from recsys.config import as_spec
 from recsys.data.schema import Schema
 from recsys.models import DCNv2, RankingModel
 from recsys.models.backbone import Backbone
-from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArchConfig
+from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArch, SparseArchConfig
 from recsys.models.seam import SeamTransform
 from recsys.train.distributed import (
     ShardedStrategy,
@@ -172,7 +172,7 @@ class RankingTask(pl.LightningModule):
     # -- training --------------------------------------------------------------------------
     def on_train_epoch_start(self) -> None:
         dataset = getattr(self.trainer.train_dataloader, "dataset", None)
-        if hasattr(dataset, "set_epoch"):
+        if dataset is not None and hasattr(dataset, "set_epoch"):
             dataset.set_epoch(self.current_epoch)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
@@ -233,15 +233,15 @@ class RankingTask(pl.LightningModule):
             seam_group["lr"] = float(seam_lr)
         groups = [
             {"params": [p for p in params if id(p) not in embedding_ids | seam_ids]},  # the optimizer's weight_decay
-            {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": hp.embedding_weight_decay},
+            {"params": [p for p in params if id(p) in embedding_ids], "weight_decay": hp["embedding_weight_decay"]},
             seam_group,
         ]
         optimizer = self.optimizer_factory([g for g in groups if g["params"]])
         self._replica_optimizer = self._make_replica_optimizer()
-        if hp.lr_plateau_factor >= 1.0:
+        if hp["lr_plateau_factor"] >= 1.0:
             return optimizer
         scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(
-            optimizer, mode="max", factor=hp.lr_plateau_factor, patience=hp.lr_plateau_patience
+            optimizer, mode="max", factor=hp["lr_plateau_factor"], patience=hp["lr_plateau_patience"]
         )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "val_auc", "interval": "epoch"}}
 
@@ -249,7 +249,7 @@ class RankingTask(pl.LightningModule):
         """The embedding optimizer of data-parallel tables of a sharded model: they are
         replicas whose gradients DDP all-reduces after the backward, so they cannot update
         inside it like the sharded tables; they take the same optimizer, stepped after it."""
-        return replica_optimizer(self.model, FusedOptimizer(self.hparams.fused_optimizer), self.hparams.fused_lr)
+        return replica_optimizer(self.model, FusedOptimizer(self.hparams["fused_optimizer"]), self.hparams["fused_lr"])
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         if self._replica_optimizer is not None:
@@ -261,8 +261,9 @@ class RankingTask(pl.LightningModule):
             ModelCheckpoint(monitor="val_auc", mode="max", save_last=True, filename="best-{epoch}-{val_auc:.4f}"),
             latest_checkpoint(),
         ]
-        if self.hparams.early_stopping_patience > 0:
-            callbacks.append(EarlyStopping(monitor="val_auc", mode="max", patience=self.hparams.early_stopping_patience))
+        patience = self.hparams["early_stopping_patience"]
+        if patience > 0:
+            callbacks.append(EarlyStopping(monitor="val_auc", mode="max", patience=patience))
         return callbacks
 
     # -- fused optimizer state travels with the checkpoint -----------------------------------
@@ -275,8 +276,10 @@ class RankingTask(pl.LightningModule):
                 checkpoint["sharded_fused_optimizer"] = state
             if self._replica_optimizer is not None:
                 checkpoint["replica_optimizer"] = self._replica_optimizer.state_dict()
-        elif self.model.sparse_arch.is_fused:
-            checkpoint["fused_optimizer"] = self.model.sparse_arch.embedding_bag_collection.fused_optimizer().state_dict()
+        else:
+            arch = self.model.sparse_arch
+            if isinstance(arch, SparseArch) and arch.is_fused:
+                checkpoint["fused_optimizer"] = arch.fused_optimizer().state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         if is_sharded(self.model):
@@ -284,5 +287,7 @@ class RankingTask(pl.LightningModule):
                 load_full_fused_optimizer_state(self.model, checkpoint["sharded_fused_optimizer"])
             if self._replica_optimizer is not None and "replica_optimizer" in checkpoint:
                 self._replica_optimizer.load_state_dict(checkpoint["replica_optimizer"])
-        elif self.model.sparse_arch.is_fused and "fused_optimizer" in checkpoint:
-            self.model.sparse_arch.embedding_bag_collection.fused_optimizer().load_state_dict(checkpoint["fused_optimizer"])
+        else:
+            arch = self.model.sparse_arch
+            if isinstance(arch, SparseArch) and arch.is_fused and "fused_optimizer" in checkpoint:
+                arch.fused_optimizer().load_state_dict(checkpoint["fused_optimizer"])

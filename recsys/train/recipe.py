@@ -31,6 +31,8 @@ from recsys.data.schema import Schema
 if TYPE_CHECKING:
     from lightning.pytorch.callbacks import Callback
 
+    from recsys.data.prepare import SplitName
+
     from recsys.train.datamodule import CTRDataModule
     from recsys.train.module import RankingTask
 
@@ -132,7 +134,7 @@ class Recipe:
 
         return yaml.safe_load(self.config_path.read_text()) or {}
 
-    def raw_split(self, split: str = "train") -> RawData:
+    def raw_split(self, split: SplitName = "train") -> RawData:
         """Raw (unencoded) rows of one split, with the config's feature selection applied."""
         from recsys.data.prepare import raw_split
 
@@ -173,6 +175,7 @@ class Recipe:
                 tracking callback (e.g. one bound to a live Optuna trial).
         """
         from recsys.train.cli import SalienceCLI
+        from recsys.trainer_attrs import model_checkpoint
 
         self._fits += 1
         name = run_name or f"fit-{self._fits}"
@@ -207,7 +210,7 @@ class Recipe:
             cli = SalienceCLI(args=args, callbacks=callbacks)
         seconds = time.perf_counter() - start
         metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
-        ckpt = cli.trainer.checkpoint_callback
+        ckpt = model_checkpoint(cli.trainer)
         if ckpt is not None and ckpt.best_model_score is not None:
             metrics["best_val_auc"] = float(ckpt.best_model_score)
         tracker = cli.tracking.tracker if cli.tracking is not None else None

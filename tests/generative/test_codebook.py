@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-import generative.codebook.rqkmeans as rqkmeans_module
+import recsys.kmeans as kmeans_module
 import generative.codebook.rqvae as rqvae_module
 from generative.codebook import (
     Codebook,
@@ -174,7 +174,7 @@ def test_kmeans_reseeds_an_empty_cluster(monkeypatch: pytest.MonkeyPatch) -> Non
     rng = np.random.default_rng(0)
     x = torch.from_numpy(np.vstack([rng.normal(size=(10, 2)), 20 + rng.normal(size=(10, 2))]).astype(np.float32))
     seeds = torch.tensor([[0.0, 0.0], [1000.0, 1000.0], [20.0, 20.0]])  # the middle one attracts nothing
-    monkeypatch.setattr(rqkmeans_module, "_kmeans_pp", lambda x, k, gen: seeds.clone())
+    monkeypatch.setattr(kmeans_module, "kmeans_plus_plus", lambda x, k, gen, *args, **kwargs: seeds.clone())
     gen = torch.Generator().manual_seed(0)
     centroids, assign, inertia, _ = kmeans(x, 3, gen)
     assert torch.bincount(assign, minlength=3).min() >= 1

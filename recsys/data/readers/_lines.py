@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 
-from recsys.data.raw import DataError, ReadReport
+from recsys.data.raw import DataError, IndexUnit, ReadReport
 
 __all__ = [
     "NA_TOKENS", "Lines", "check_parsed", "drop_lines", "int_strings", "parse_numbers", "parse_table", "read_bytes",
@@ -455,7 +455,7 @@ def to_float(
     report: ReadReport,
     skip_bad_rows: bool = False,
     integer: bool = False,
-    unit: str = "line",
+    unit: IndexUnit = "line",
 ) -> pd.DataFrame:
     """Convert text columns to float64 (NaN = missing); raise on or drop rows with bad numbers.
 

@@ -11,7 +11,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from recsys.data.raw import DataError, RawData, ReadReport, check_labels, resolve_data_path
+from recsys.data.raw import DataError, IndexUnit, RawData, ReadReport, check_labels, resolve_data_path
 from recsys.data.readers._lines import check_parsed, parse_table, read_bytes, scan_lines, to_float
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
@@ -102,6 +102,7 @@ class TabularReader(Reader):
         source = str(path)
         report = ReadReport(source=source)
         fmt = self.resolved_format(path)
+        unit: IndexUnit
         if fmt == "parquet":
             frame, unit = self._read_parquet(path, schema), "row"
         else:

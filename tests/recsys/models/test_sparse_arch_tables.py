@@ -27,7 +27,7 @@ def test_table_names_are_the_ebc_keys() -> None:
     arch = SparseArch(make_schema(), SparseArchConfig(blocks=BLOCKS))
     assert SparseArch.table_name("b") == "t_b" and arch.table_name("a", 1) == "t_a@1"
     names = {arch.table_name("a", 0), arch.table_name("a", 1), arch.table_name("b")}
-    assert names == set(arch.embedding_bag_collection.embedding_bags)
+    assert names == {key.split(".")[1] for key in arch.embedding_bag_collection.state_dict()}  # embedding_bags.<name>.weight
 
 
 def test_table_returns_the_module_holding_the_weights() -> None:
@@ -65,4 +65,5 @@ def test_a_model_with_the_accessors_still_scripts() -> None:
     )
     model = DLRM(schema, bottom_mlp=[8, 8], top_mlp=[8]).eval()
     scripted = torch.jit.script(model)  # table() is jit-unused, table_name() a plain static method
-    assert scripted.sparse_arch is not None and model.sparse_arch.table("a").weight.shape == (11, 8)
+    arch = model.sparse_arch
+    assert isinstance(arch, SparseArch) and scripted.sparse_arch is not None and arch.table("a").weight.shape == (11, 8)
