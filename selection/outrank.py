@@ -14,7 +14,7 @@ L over N rows, both integer-coded (every column categorical, a missing value its
 label-unrelated arrangement (the null reads the feature cyclically shifted by the label
 group's size: deterministic, no random numbers). It demotes ID-like columns whose plug-in MI is
 inflated by their cardinality. :func:`outrank_score` with ``null="package"`` reproduces the
-package's scores on the Criteo head to ~3e-7 (``tests/selection/test_outrank.py``).
+package's scores on the Criteo head to ~3.2e-7 (``tests/selection/test_outrank.py``).
 
 The package's shifted groups do not partition the rows, so the null does not keep the
 feature's marginal and its sampling noise does not cancel: on skewed high-cardinality columns

@@ -264,7 +264,9 @@ def test_no_module_over_the_size_limit() -> None:
 
 
 #: an absolute path on a developer's or CI machine (not inside a base64 blob or a relative path)
-_MACHINE_PATH = re.compile(r"(?<![A-Za-z0-9+/._~-])(/(?:tmp|work|root|home|Users|private|mnt|var/folders)/|[A-Za-z]:\\{1,2}(?=[A-Za-z]))")
+_MACHINE_PATH = re.compile(
+    r"(?<![A-Za-z0-9+/._~-])(/(?:tmp|work|root|home|Users|private|mnt|var/folders)/|[A-Za-z]:\\{1,2}(?=[A-Za-z]))"
+)
 
 
 def test_committed_results_hold_no_machine_paths() -> None:

@@ -441,7 +441,7 @@ def bench_training(
     ]
     model.train()
     training: dict[str, Any] = {
-        "model": "DCNv2 (build_model('dcnv2'): cross_layers=3 full rank, deep_mlp=[256, 128], parallel)",
+        "model": "DCNv2 (recsys.models.DCNv2: cross_layers=3 full rank, deep_mlp=[256, 128], parallel)",
         "embedding_dim": cfg.embedding_dim,
         "cardinalities": list(cards),
         "embedding_rows": sum(cards),

@@ -31,7 +31,7 @@ b. **Embedding lookup** (torchrec ``EmbeddingBagCollection``): 26 one-hot fields
    Effective bandwidth = bytes / step time, and its ratio to the copy bandwidth of (a).
    The FBGEMM fused kernel (SGD fused into the backward, so it also updates rows) is timed
    with the same byte model when available.
-c. **DCNv2 training** (``recsys.train.module.build_model("dcnv2", ...)``, default
+c. **DCNv2 training** (``recsys.models.DCNv2(...)``, default
    hyper-parameters, embedding dim ``--embedding-dim``) on Criteo-shaped synthetic batches
    (skewed ids, 13 dense) at batch 8192 and 65536: ``torch.optim.Adagrad(lr=0.05)`` over the
    plain EBC's (dense) embedding gradients + ``torch.optim.Adam(lr=1e-3)`` on the other

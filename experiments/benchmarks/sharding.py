@@ -7,7 +7,7 @@ A benchmark, not a test: it writes ``sharding.json`` and ``sharding.md`` to ``--
     python -m experiments.benchmarks.sharding
 
 Model and data. DCNv2 (cross_layers=3, deep_mlp=[256, 128], parallel) built by
-``recsys.train.module.build_model`` with the FBGEMM-fused embedding kernel and row-wise Adagrad
+``recsys.models.DCNv2`` with the FBGEMM-fused embedding kernel and row-wise Adagrad
 fused into the backward (lr 0.05); Adam (lr 1e-3) on the dense part. Criteo-shaped synthetic
 batches from :mod:`experiments.benchmarks.train_throughput` (its generator, imported): 26
 one-hot categorical fields with cardinalities log-spaced 4..1,000,000 (2,552,646 rows in all,

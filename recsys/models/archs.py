@@ -8,7 +8,7 @@ own bias-free linear projection to that width (identity when equal), applied aft
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from torch import nn
@@ -50,6 +50,7 @@ class DLRM(_Projected):
 
     Args:
         schema: fitted schema.
+        sparse_arch: embedding kernel settings.
         bottom_mlp: bottom MLP sizes; its last size is the interaction width unless
             ``interaction_dim`` is set. Ignored without dense features.
         top_mlp: top MLP hidden sizes (a final 1-unit layer is added).
@@ -57,11 +58,10 @@ class DLRM(_Projected):
             size, or the largest embedding dim without dense features).
         dropout: dropout in the top MLP.
         batch_norm: batch norm in the bottom and top MLPs.
-        sparse_arch: embedding kernel settings.
         seam: transform at the seam.
     """
 
-    tuned_mlp = "top_mlp"  # unannotated: a class annotation here would hide RankingModel.__annotations__ from TorchScript
+    tuned_mlp: ClassVar[str | None] = "top_mlp"
 
     def __init__(
         self,
@@ -138,17 +138,17 @@ class DCNv2(RankingModel):
 
     Args:
         schema: fitted schema.
+        sparse_arch: embedding kernel settings.
         cross_layers: number of cross layers.
         low_rank: rank of the cross weights (``None`` = full rank).
         deep_mlp: deep network sizes.
         structure: ``"stacked"`` (cross then deep) or ``"parallel"`` (cross || deep).
         dropout: dropout in the deep network.
         batch_norm: batch norm in the deep network.
-        sparse_arch: embedding kernel settings.
         seam: transform at the seam.
     """
 
-    tuned_mlp = "deep_mlp"  # unannotated: a class annotation here would hide RankingModel.__annotations__ from TorchScript
+    tuned_mlp: ClassVar[str | None] = "deep_mlp"
 
     @classmethod
     def search_space(cls) -> dict[str, BaseDistribution]:
@@ -205,15 +205,15 @@ class DeepFM(_Projected):
 
     Args:
         schema: fitted schema.
+        sparse_arch: embedding kernel settings.
         deep_mlp: deep network sizes.
         fm_dim: common FM width (default: the largest embedding dim).
         dropout: dropout in the deep network.
         batch_norm: batch norm in the deep network.
-        sparse_arch: embedding kernel settings.
         seam: transform at the seam.
     """
 
-    tuned_mlp = "deep_mlp"  # unannotated: a class annotation here would hide RankingModel.__annotations__ from TorchScript
+    tuned_mlp: ClassVar[str | None] = "deep_mlp"
 
     def __init__(
         self,

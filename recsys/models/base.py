@@ -357,6 +357,15 @@ class RankingModel(nn.Module):
     #: ``mlp_layers``, ``mlp_width`` and ``mlp_shape`` (None: the backbone has none to tune)
     tuned_mlp: ClassVar[str | None] = None
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # a subclass that annotates anything gets its own annotation table, which would hide
+        # the real types above from TorchScript (an empty sparse_names list cannot be typed)
+        super().__init_subclass__(**kwargs)
+        own = cls.__dict__.get("__annotations__")
+        if own is not None:
+            for name, kind in RankingModel.__annotations__.items():
+                own.setdefault(name, kind)
+
     def __init__(self, schema: Schema, sparse_arch: SparseArchConfig | None = None, seam: SeamTransform | None = None) -> None:
         super().__init__()
         self.schema = schema

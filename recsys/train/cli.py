@@ -283,6 +283,7 @@ class SalienceCLI(TrackedCLI):
             args=args,
             run=run,
             parser_kwargs={"prog": "salience", "description": __doc__},
+            auto_configure_optimizers=False,  # the optimizer is model.optimizer (RankingTask)
         )
 
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:

@@ -120,7 +120,10 @@ class RankingTask(pl.LightningModule):
                 "model.embedding_weight_decay needs model.embedding_kernel: plain "
                 "(FBGEMM's fused CPU kernels do not apply weight decay)"
             )
-        self.save_hyperparameters()
+        with warnings.catch_warnings():
+            # a seam built in Python is an nn.Module; its config form replaces it just below
+            warnings.filterwarnings("ignore", message=r".*Attribute 'seam' is an instance of `nn.Module`.*")
+            self.save_hyperparameters()
         # built outside the CLI, the hyperparameters hold the objects themselves: keep their
         # config form, so a checkpoint stays plain containers (loaded with weights_only=True)
         for key in ("backbone", "optimizer", "seam"):
@@ -282,6 +285,12 @@ class RankingTask(pl.LightningModule):
                 checkpoint["fused_optimizer"] = arch.fused_optimizer().state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        # Lightning loads the weights before the data module's state: check the encoders first,
+        # so a changed vocabulary is the data module's clear error, not a tensor size mismatch
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        data_state = checkpoint.get(type(datamodule).__qualname__) if datamodule is not None else None
+        if data_state is not None:
+            datamodule.load_state_dict(data_state)
         if is_sharded(self.model):
             if "sharded_fused_optimizer" in checkpoint:
                 load_full_fused_optimizer_state(self.model, checkpoint["sharded_fused_optimizer"])

@@ -19,13 +19,13 @@ SCHEMA = (
 )
 
 
-def _write(folder: Path, flip_users: bool = False, price_scale: float = 10.0) -> tuple[Path, Path]:
+def _write(folder: Path, flip_users: bool = False, price_scale: float = 10.0, users: int = 20) -> tuple[Path, Path]:
     """400 rows; ``flip_users`` renames user k to user 19-k: the same vocabulary in another id order."""
     g = np.random.default_rng(0)
     lines = ["user,item,price,clicked"]
     for _ in range(400):
-        user, item = int(g.integers(0, 20) ** 2 // 20), int(g.integers(0, 30))  # skewed: frequency order matters
-        shown = 19 - user if flip_users else user
+        user, item = int(g.integers(0, users) ** 2 // users), int(g.integers(0, 30))  # skewed: frequency order matters
+        shown = users - 1 - user if flip_users else user
         lines.append(f"u{shown},i{item},{g.random() * price_scale:.2f},{int((user + item) % 3 == 0)}")
     folder.mkdir(parents=True, exist_ok=True)
     csv, schema = folder / "clicks.csv", folder / "schema.yaml"
@@ -69,3 +69,22 @@ def test_resume_on_changed_data_is_refused_naming_the_checkpoint(tmp_cwd: Path) 
     with pytest.raises(ValueError, match=r"data changed since the checkpoint") as err:
         SalienceCLI(args=args(2, "--ckpt_path", str(last)))
     assert str(last) in str(err.value) and "vocabulary of 'user'" in str(err.value)
+
+
+def test_resume_on_a_grown_vocabulary_is_the_clear_error_not_a_size_mismatch(tmp_cwd: Path) -> None:
+    """Lightning loads the weights before the data module's state: the task checks the encoders first."""
+    csv, schema = _write(tmp_cwd / "data")
+    reader = f"{{class_path: recsys.data.readers.TabularReader, init_args: {{path: '{csv}', schema: '{schema}'}}}}"
+
+    def args(epochs: int, *extra: str) -> list[str]:
+        out = fit_args(tmp_cwd, "--data.reader", reader, "--after_fit.export", "false", "--tracking.enabled", "false",
+                       "--model.early_stopping_patience", "0", *extra, epochs=epochs)
+        i = out.index("--data.reader.init_args.n_rows")
+        del out[i : i + 4]
+        return out
+
+    SalienceCLI(args=args(1))
+    last = tmp_cwd / "run" / "checkpoints" / "last.ckpt"
+    _write(tmp_cwd / "data", users=60)  # more users: the user table would have another size
+    with pytest.raises(ValueError, match=r"data changed since the checkpoint.*vocabulary of 'user' \(\d+ tokens in the checkpoint"):
+        SalienceCLI(args=args(2, "--ckpt_path", str(last)))
