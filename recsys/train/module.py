@@ -289,7 +289,7 @@ class RankingTask(pl.LightningModule):
         # so a changed vocabulary is the data module's clear error, not a tensor size mismatch
         datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
         data_state = checkpoint.get(type(datamodule).__qualname__) if datamodule is not None else None
-        if data_state is not None:
+        if datamodule is not None and data_state is not None:
             datamodule.load_state_dict(data_state)
         if is_sharded(self.model):
             if "sharded_fused_optimizer" in checkpoint:

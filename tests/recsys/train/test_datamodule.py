@@ -34,6 +34,16 @@ def _write(folder: Path, flip_users: bool = False, price_scale: float = 10.0, us
     return csv, schema
 
 
+def _csv_fit_args(root: Path, csv: Path, schema: Path, epochs: int, *extra: str) -> list[str]:
+    """``salience fit`` arguments for the CSV of :func:`_write` (no export, no tracking)."""
+    reader = f"{{class_path: recsys.data.readers.TabularReader, init_args: {{path: '{csv}', schema: '{schema}'}}}}"
+    out = fit_args(root, "--data.reader", reader, "--after_fit.export", "false", "--tracking.enabled", "false",
+                   "--model.early_stopping_patience", "0", *extra, epochs=epochs)
+    i = out.index("--data.reader.init_args.n_rows")
+    del out[i : i + 4]  # drop the synthetic reader's options
+    return out
+
+
 def _datamodule(csv: Path, schema: Path) -> CTRDataModule:
     return CTRDataModule(TabularReader(str(csv), str(schema)), batch_size=64, cache_dir=None)
 
@@ -53,38 +63,20 @@ def test_same_data_loads_and_changed_data_is_refused(tmp_path: Path) -> None:
 
 def test_resume_on_changed_data_is_refused_naming_the_checkpoint(tmp_cwd: Path) -> None:
     csv, schema = _write(tmp_cwd / "data")
-    reader = f"{{class_path: recsys.data.readers.TabularReader, init_args: {{path: '{csv}', schema: '{schema}'}}}}"
-
-    def args(epochs: int, *extra: str) -> list[str]:
-        out = fit_args(tmp_cwd, "--data.reader", reader, "--after_fit.export", "false", "--tracking.enabled", "false",
-                       "--model.early_stopping_patience", "0", *extra, epochs=epochs)
-        i = out.index("--data.reader.init_args.n_rows")
-        del out[i : i + 4]  # drop the synthetic reader's options
-        return out
-
-    SalienceCLI(args=args(1))
+    SalienceCLI(args=_csv_fit_args(tmp_cwd, csv, schema, 1))
     last = tmp_cwd / "run" / "checkpoints" / "last.ckpt"
     assert last.is_file()
     _write(tmp_cwd / "data", flip_users=True)  # the same file, now with the users renamed
     with pytest.raises(ValueError, match=r"data changed since the checkpoint") as err:
-        SalienceCLI(args=args(2, "--ckpt_path", str(last)))
+        SalienceCLI(args=_csv_fit_args(tmp_cwd, csv, schema, 2, "--ckpt_path", str(last)))
     assert str(last) in str(err.value) and "vocabulary of 'user'" in str(err.value)
 
 
 def test_resume_on_a_grown_vocabulary_is_the_clear_error_not_a_size_mismatch(tmp_cwd: Path) -> None:
     """Lightning loads the weights before the data module's state: the task checks the encoders first."""
     csv, schema = _write(tmp_cwd / "data")
-    reader = f"{{class_path: recsys.data.readers.TabularReader, init_args: {{path: '{csv}', schema: '{schema}'}}}}"
-
-    def args(epochs: int, *extra: str) -> list[str]:
-        out = fit_args(tmp_cwd, "--data.reader", reader, "--after_fit.export", "false", "--tracking.enabled", "false",
-                       "--model.early_stopping_patience", "0", *extra, epochs=epochs)
-        i = out.index("--data.reader.init_args.n_rows")
-        del out[i : i + 4]
-        return out
-
-    SalienceCLI(args=args(1))
+    SalienceCLI(args=_csv_fit_args(tmp_cwd, csv, schema, 1))
     last = tmp_cwd / "run" / "checkpoints" / "last.ckpt"
     _write(tmp_cwd / "data", users=60)  # more users: the user table would have another size
     with pytest.raises(ValueError, match=r"data changed since the checkpoint.*vocabulary of 'user' \(\d+ tokens in the checkpoint"):
-        SalienceCLI(args=args(2, "--ckpt_path", str(last)))
+        SalienceCLI(args=_csv_fit_args(tmp_cwd, csv, schema, 2, "--ckpt_path", str(last)))
