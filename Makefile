@@ -5,6 +5,8 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 MLFLOW_URI ?= $(or $(MLFLOW_TRACKING_URI),sqlite:///mlflow.db)
 UI_PORT ?= 5000
+# test processes (pytest-xdist); 0 runs the suite in the pytest process itself
+TEST_WORKERS ?= 2
 
 .PHONY: venv demo test test-all ui bench clean
 
@@ -23,10 +25,10 @@ demo: venv
 	$(VENV)/bin/salience demo
 
 test: venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal
 
 test-all: venv
-	$(PY) -m pytest -q -m "slow or not slow"
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist worksteal -m "slow or not slow"
 
 ui: venv
 	$(VENV)/bin/mlflow ui --backend-store-uri "$(MLFLOW_URI)" --host 127.0.0.1 --port $(UI_PORT)

@@ -18,7 +18,7 @@ as nested runs. Arguments after ``--`` go to every ``salience fit``; search sett
 
 ``--method ihas`` does not go through ``salience fit`` for the searched model: it keeps the
 search model (its gates route), retrains one model per cluster (:meth:`IHAS.retrain`), evaluates
-the routed model on the test split (torchmetrics AUC, BCE log loss), counts every cluster
+the routed model on the test split (rank-sum AUC, BCE log loss), counts every cluster
 model's embedding parameters (``plan.num_parameters``), exports the router plus the cluster
 models as one TorchScript module to ``<output>/export/`` and logs it as the nested run
 ``dims-ihas``; the reference is fitted as for the other methods.

@@ -32,6 +32,11 @@ Optimisation (3.2, first-order DARTS, the reference's run-script values as defau
    ``l1 x sum|alpha|``, the alpha gradient divided by its mean absolute value per block row
    (+1e-8), plain SGD at ``lr_a``, alpha clamped to [0, 1].
 
+Both phases are Lightning fits (:func:`recsys.train.manual.fit_split`, manual optimisation;
+the second is :class:`DNISSearchTask`): epoch ``e`` of a phase walks the training split in the
+seeded order of epoch ``e`` (the search's epochs numbered after the warm start's), and
+``max_steps`` caps the training batches of each phase.
+
 Deviations, stated: an epoch is one pass over the *training* split with validation batches
 cycled (the reference zips the loaders and stops at the shorter); the epoch counts are fixed
 (no ReduceLROnPlateau stopping, no best-checkpoint reload).
@@ -67,8 +72,9 @@ from torch import nn
 from torch.nn.utils import parametrize
 
 from embeddings.base import DimensionSearch
-from recsys.config import optimizer_lr
 from embeddings.plan import ALIGNMENT, DimensionPlan, DimensionPlanError, FrequencyBlock, align_dim, check_budget
+from recsys.config import optimizer_lr
+from recsys.train.manual import ManualTask, bce_loss, fit_split
 
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
@@ -81,6 +87,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DNIS",
     "BlockMask",
+    "DNISSearchTask",
     "block_bounds",
     "derive_dims",
     "hard_alpha",
@@ -255,6 +262,52 @@ def _to_plan_blocks(bounds: list[tuple[int, int]], dims: list[int]) -> tuple[Fre
     return tuple(FrequencyBlock(a, None if i == len(merged) - 1 else b, d) for i, (a, b, d) in enumerate(merged))
 
 
+class DNISSearchTask(ManualTask):
+    """The bi-level phase of DNIS (manual optimisation; 3.2 of methods.md).
+
+    Per training batch: a *weight step* (``weight_optimizer``, BCE on the batch; the alpha
+    gradient it leaves is discarded), then an *alpha step* on the next validation batch:
+    loss = BCE + ``l1 x sum|alpha|``, each alpha gradient divided by its mean absolute value
+    per block row (+1e-8, :func:`normalize_alpha_grads`), ``alpha_optimizer`` steps, alpha
+    clamped to [0, 1].
+
+    Args:
+        model: the masked plain-kernel ranking model.
+        masks: its masks (:func:`mask_tables`), feature -> :class:`BlockMask` (n_b x K alpha).
+        weight_optimizer: optimizer of the weight step (Adam at ``lr_w``).
+        alpha_optimizer: optimizer of the alpha step (SGD at ``lr_a``).
+        val_batches: endless validation batches (one per training batch).
+        l1: weight of ``sum |alpha|``.
+    """
+
+    def __init__(
+        self,
+        model: RankingModel,
+        masks: dict[str, BlockMask],
+        weight_optimizer: torch.optim.Optimizer,
+        alpha_optimizer: torch.optim.Optimizer,
+        val_batches: Iterator[Any],
+        l1: float,
+    ) -> None:
+        super().__init__(model, [weight_optimizer, alpha_optimizer])
+        self.masks = dict(masks)  # modules of ``model`` already (its tables' parametrizations)
+        self.val_batches = val_batches
+        self.l1 = float(l1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        weight_opt, alpha_opt = self.step_optimizers()
+        self.take_step(weight_opt, bce_loss(self.model, batch))
+        alpha_opt.zero_grad(set_to_none=True)
+        alphas = [m.alpha for m in self.masks.values()]
+        loss = bce_loss(self.model, next(self.val_batches)) + self.l1 * sum(a.abs().sum() for a in alphas)
+        self.manual_backward(loss)
+        normalize_alpha_grads(self.masks)
+        alpha_opt.step()
+        with torch.no_grad():
+            for a in alphas:
+                a.clamp_(0.0, 1.0)
+
+
 @dataclass
 class DNIS(DimensionSearch):
     """Differentiable Neural Input Search over (frequency block x dimension) masks.
@@ -344,22 +397,18 @@ class DNIS(DimensionSearch):
         model = build_backbone(model_cfg.get("backbone"), schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
         masks = mask_tables(model, self.blocks, schema)
         alphas = [m.alpha for m in masks.values()]
+        phase: dict[str, Any] = {"batch_size": batch_size, "seed": self.seed, "max_batches": self.max_steps,
+                                 "quiet": recipe.quiet, "root_dir": recipe.workdir}
 
         # 1. warm start: ordinary training, alpha fixed at 1
         for a in alphas:
             a.requires_grad_(False)
         others = [p for p in model.parameters() if all(p is not a for a in alphas)]
-        opt = torch.optim.Adam(others, lr=optimizer_lr(model_cfg))
-        steps = 0
-        for epoch in range(self.warm_start_epochs):
-            for batch in self._batches(train, batch_size, epoch):
-                if self.max_steps is not None and steps >= self.max_steps:
-                    break
-                self._step(model, opt, batch)
-                steps += 1
+        warm = ManualTask(model, [torch.optim.Adam(others, lr=optimizer_lr(model_cfg))])
+        fit_split(warm, train, epochs=self.warm_start_epochs, **phase)
         warm_auc = _evaluate(model, val, 4 * batch_size)
 
-        # 2. bi-level search
+        # 2. bi-level search: its epochs continue the warm start's batch order
         for a in alphas:
             a.requires_grad_(True)
         weights = table_weights(model)
@@ -367,49 +416,19 @@ class DNIS(DimensionSearch):
         if self.freeze_tower:
             for p in tower:
                 p.requires_grad_(False)
-        w_opt = torch.optim.Adam(weights if self.freeze_tower else weights + tower, lr=self.lr_w)
-        a_opt = torch.optim.SGD(alphas, lr=self.lr_a)
-        val_batches = self._cycle(val, batch_size)
-        steps = 0
-        for epoch in range(self.search_epochs):
-            for batch in self._batches(train, batch_size, self.warm_start_epochs + epoch):
-                if self.max_steps is not None and steps >= self.max_steps:
-                    break
-                self._step(model, w_opt, batch)  # the alpha gradient of this step is discarded
-                a_opt.zero_grad(set_to_none=True)
-                vb = next(val_batches)
-                loss = _bce(model, vb) + self.l1 * sum(a.abs().sum() for a in alphas)
-                loss.backward()
-                normalize_alpha_grads(masks)
-                a_opt.step()
-                with torch.no_grad():
-                    for a in alphas:
-                        a.clamp_(0.0, 1.0)
-                steps += 1
+        task = DNISSearchTask(
+            model,
+            masks,
+            weight_optimizer=torch.optim.Adam(weights if self.freeze_tower else weights + tower, lr=self.lr_w),
+            alpha_optimizer=torch.optim.SGD(alphas, lr=self.lr_a),
+            val_batches=_cycle(val, batch_size, self.seed),
+            l1=self.l1,
+        )
+        fit_split(task, train, epochs=self.search_epochs, epoch_offset=self.warm_start_epochs, **phase)
         for p in model.parameters():
             p.requires_grad_(True)
         searched_auc = _evaluate(model, val, 4 * batch_size)
         return self._derive(model, masks, schema, val, 4 * batch_size, budget, warm_auc, searched_auc, start)
-
-    def _batches(self, data: EncodedData, batch_size: int, epoch: int) -> Iterator[Any]:
-        from recsys.data.batching import BatchDataset
-
-        ds = BatchDataset(data, batch_size, shuffle=True, seed=self.seed)
-        ds.set_epoch(epoch)
-        return iter(ds)
-
-    def _cycle(self, data: EncodedData, batch_size: int) -> Iterator[Any]:
-        epoch = 0
-        while True:
-            yield from self._batches(data, batch_size, 10_000 + epoch)
-            epoch += 1
-
-    @staticmethod
-    def _step(model: nn.Module, opt: torch.optim.Optimizer, batch: Any) -> None:
-        model.train()
-        opt.zero_grad(set_to_none=True)
-        _bce(model, batch).backward()
-        opt.step()
 
     # -- deriving the plan -----------------------------------------------------------------
     def _derive(
@@ -533,9 +552,16 @@ def replan(plan: DimensionPlan, budget: int) -> DimensionPlan:
                     {**plan.config, "budget": int(budget)}, dict(plan.extras))
 
 
-def _bce(model: nn.Module, batch: Any) -> torch.Tensor:
-    logits = model(batch.dense_features, batch.sparse_features)
-    return nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
+def _cycle(data: EncodedData, batch_size: int, seed: int) -> Iterator[Any]:
+    """Shuffled batches of ``data`` without end (epochs 10000, 10001, ... of the seeded order)."""
+    from recsys.data.batching import BatchDataset
+
+    ds = BatchDataset(data, batch_size, shuffle=True, seed=seed)
+    epoch = 0
+    while True:
+        ds.set_epoch(10_000 + epoch)
+        yield from ds
+        epoch += 1
 
 
 def _evaluate(model: nn.Module, data: EncodedData, batch_size: int) -> float:

@@ -1,6 +1,7 @@
 """iHAS: instance-wise Hierarchical Architecture Search (methods.md section 4).
 
-Three stages, each a plain PyTorch step over the recipe's prepared splits (as :mod:`embeddings.dnis`):
+Three stages over the recipe's prepared splits; the training ones are Lightning fits with manual
+optimisation (:func:`recsys.train.manual.fit_split`, as :mod:`embeddings.dnis`):
 
 1. **Search.** An :class:`IHASGate` at the seam gives every instance ``i`` and sparse field
    ``f`` gate probabilities ``pi_{i,f} = sigmoid(W_f e_{i,f} + b_f)`` in ``(0, 1)^{D_f}`` (one
@@ -78,7 +79,6 @@ import copy
 import logging
 import math
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum, unique
 from typing import TYPE_CHECKING, Any, ClassVar, List
@@ -89,10 +89,11 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from embeddings.base import DimensionSearch
-from recsys.config import optimizer_lr
 from embeddings.plan import ALIGNMENT, DimensionPlan, DimensionPlanError, align_dim, check_budget, min_budget
+from recsys.config import optimizer_lr
 from recsys.kmeans import kmeans as shared_kmeans
 from recsys.models.seam import SeamTransform
+from recsys.train.manual import ManualTask, bce_loss, fit_split
 
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
@@ -106,6 +107,7 @@ __all__ = [
     "IHASGate",
     "IHASRoutedModel",
     "IHASRouter",
+    "IHASSearchTask",
     "cluster_dims",
     "kmeans",
 ]
@@ -361,6 +363,40 @@ class IHASRoutedModel(nn.Module):
 # -- the search ---------------------------------------------------------------------------------
 
 
+class IHASSearchTask(ManualTask):
+    """The gated training of the iHAS search (manual optimisation).
+
+    Per training batch ``s`` (0-based): the gate temperature becomes
+    ``tau_start * (tau_end / tau_start) ** (s / max(total_steps - 1, 1))`` (geometric
+    annealing; only the relaxed gate uses it), then one step of ``optimizer`` on
+    ``BCE + gate.regularization()``.
+
+    Args:
+        model: the search model, ``gate`` at its seam.
+        gate: the :class:`IHASGate`.
+        optimizer: optimizer of every parameter (the gate layers in their own group).
+        total_steps: training batches of the whole search.
+        tau_start: temperature at the first batch.
+        tau_end: temperature at the last.
+    """
+
+    def __init__(self, model: RankingModel, gate: IHASGate, optimizer: torch.optim.Optimizer, total_steps: int,
+                 tau_start: float, tau_end: float) -> None:
+        super().__init__(model, [optimizer])
+        self.gate = gate
+        self.total_steps = int(total_steps)
+        self.tau_start = float(tau_start)
+        self.tau_end = float(tau_end)
+        self.steps = 0
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        progress = self.steps / max(self.total_steps - 1, 1)
+        self.gate.temperature = self.tau_start * (self.tau_end / self.tau_start) ** progress
+        loss = bce_loss(self.model, batch) + self.gate.regularization()
+        self.take_step(self.step_optimizers()[0], loss)
+        self.steps += 1
+
+
 @dataclass
 class IHAS(DimensionSearch):
     """Instance-wise gates, K-means over deterministic gates, per-cluster dims.
@@ -449,22 +485,10 @@ class IHAS(DimensionSearch):
             {"params": [p for p in model.parameters() if id(p) not in gate_ids]},
             {"params": list(gate.parameters()), "lr": self.gate_lr},
         ]
-        opt = torch.optim.Adam(
-            groups,
-            lr=optimizer_lr(model_cfg),
-        )
-        step = 0
-        model.train()
-        for epoch in range(self.search_epochs):
-            for batch in _batches(train, batch_size, epoch, self.seed):
-                if step >= total_steps:
-                    break
-                gate.temperature = self.tau_start * (self.tau_end / self.tau_start) ** (step / max(total_steps - 1, 1))
-                opt.zero_grad(set_to_none=True)
-                loss = _bce(model, batch) + gate.regularization()
-                loss.backward()
-                opt.step()
-                step += 1
+        task = IHASSearchTask(model, gate, torch.optim.Adam(groups, lr=optimizer_lr(model_cfg)),
+                              total_steps, self.tau_start, self.tau_end)
+        fit_split(task, train, batch_size=batch_size, epochs=self.search_epochs, seed=self.seed,
+                  max_batches=total_steps, quiet=recipe.quiet, root_dir=recipe.workdir)
         model.eval()
         searched_auc = _evaluate(model, val, 4 * batch_size)
         torch.manual_seed(self.seed)
@@ -611,18 +635,9 @@ class IHAS(DimensionSearch):
                 raise DimensionPlanError(f"cluster {c} gets no training row under the router: search again or use fewer clusters")
             torch.manual_seed(self.seed + 1 + c)
             model = build_backbone(model_cfg.get("backbone"), plan.apply_cluster(schema, c), SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
-            opt = torch.optim.Adam(model.parameters(), lr=optimizer_lr(model_cfg))
-            subset = train.take(rows)
-            step = 0
-            model.train()
-            for epoch in range(self.retrain_epochs):
-                for batch in _batches(subset, batch_size, epoch, self.seed + c):
-                    if self.max_steps is not None and step >= self.max_steps:
-                        break
-                    opt.zero_grad(set_to_none=True)
-                    _bce(model, batch).backward()
-                    opt.step()
-                    step += 1
+            task = ManualTask(model, [torch.optim.Adam(model.parameters(), lr=optimizer_lr(model_cfg))])
+            fit_split(task, train.take(rows), batch_size=batch_size, epochs=self.retrain_epochs, seed=self.seed + c,
+                      max_batches=self.max_steps, quiet=recipe.quiet, root_dir=recipe.workdir)
             models.append(model.eval())
         return IHASRoutedModel(router, models).eval()
 
@@ -642,19 +657,6 @@ def compare_sampling(recipe: Recipe, **options: Any) -> dict[str, dict[str, Any]
 
 
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def _batches(data: EncodedData, batch_size: int, epoch: int, seed: int) -> Iterator[Any]:
-    from recsys.data.batching import BatchDataset
-
-    ds = BatchDataset(data, batch_size, shuffle=True, seed=seed)
-    ds.set_epoch(epoch)
-    return iter(ds)
-
-
-def _bce(model: nn.Module, batch: Any) -> torch.Tensor:
-    logits = model(batch.dense_features, batch.sparse_features)
-    return nn.functional.binary_cross_entropy_with_logits(logits, batch.labels)
 
 
 def _evaluate(model: nn.Module, data: EncodedData, batch_size: int, train_mode: bool = False) -> float:

@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 warnings.filterwarnings("ignore", message=".*is_fx_tracing.*")
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # `make test` runs one pytest-xdist worker per core: one compute thread each (and in the
+    # processes they start), instead of every worker's thread pool spinning on every core
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    import torch
+
+    torch.set_num_threads(1)
 
 DATA_DIR_ENV = "SALIENCE_DATA_DIR"
 
@@ -65,3 +76,14 @@ def tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path
+
+
+@contextmanager
+def registered(cls: type[Any]) -> Iterator[None]:
+    """Register the plug-in class ``cls`` under its ``name`` for the duration (toy plug-ins of the
+    "one new class" tests stay out of the other tests' registries)."""
+    cls._registry[cls.name] = cls
+    try:
+        yield
+    finally:
+        cls._registry.pop(cls.name, None)

@@ -104,8 +104,13 @@ def _data(dataset: str, quick: bool) -> Any:
     )
 
 
-def run_arm(dm: Any, arm: str, seed: int, epochs: int, workdir: Path) -> dict[str, Any]:
-    """Train one arm for ``epochs``, keep its best validation epoch, test it on every user."""
+#: --quick: a few batches per fit and evaluation (the numbers of a quick run are meaningless)
+QUICK_TRAIN_BATCHES, QUICK_EVAL_BATCHES = 5, 2
+
+
+def run_arm(dm: Any, arm: str, seed: int, epochs: int, workdir: Path, quick: bool = False) -> dict[str, Any]:
+    """Train one arm for ``epochs``, keep its best validation epoch, test it on every user
+    (``quick``: a few batches only, :data:`QUICK_TRAIN_BATCHES` and :data:`QUICK_EVAL_BATCHES`)."""
     import lightning.pytorch as pl
 
     from generative.tracking import GenerativeTracking
@@ -128,6 +133,9 @@ def run_arm(dm: Any, arm: str, seed: int, epochs: int, workdir: Path) -> dict[st
         num_sanity_val_steps=0,
         default_root_dir=str(workdir / "runs" / f"{dm.dataset_name}-{arm}-{seed}"),
         callbacks=[tracking],
+        limit_train_batches=QUICK_TRAIN_BATCHES if quick else None,
+        limit_val_batches=QUICK_EVAL_BATCHES if quick else None,
+        limit_test_batches=QUICK_EVAL_BATCHES if quick else None,
     )
     start = time.perf_counter()
     trainer.fit(task, datamodule=dm)
@@ -170,7 +178,7 @@ def run_dataset(dataset: str, seeds: list[int], epochs: int, arms: list[str], wo
     points = []
     for seed in seeds:
         for arm in arms:
-            point = run_arm(dm, arm, seed, epochs, workdir)
+            point = run_arm(dm, arm, seed, epochs, workdir, quick)
             points.append(point)
             print(
                 f"[{dataset}] seed {seed} {arm:<14} R@10 {point['recall@10']:.4f} N@10 {point['ndcg@10']:.4f} "

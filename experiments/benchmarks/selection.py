@@ -75,6 +75,11 @@ CURVE_SETTINGS: dict[str, dict[str, Any]] = {
                "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
 }
 
+#: --quick: a few training batches per fit (the numbers of a quick run are meaningless)
+QUICK_LIMITS = ["--trainer.limit_train_batches=5"]
+#: --quick: the curves of the smallest real dataset only
+QUICK_CURVES = ("criteo",)
+
 
 def _synthetic_recipe(rows: int, epochs: int, workdir: Path) -> Any:
     from recsys.data.synthetic import selection_benchmark_config
@@ -93,7 +98,7 @@ def _methods(quick: bool, seed: int = 0) -> dict[str, Any]:
 
     return {
         "outrank": OutRank(seed=seed, progress=False),
-        "permutation": PermutationImportance(repeats=5, seed=seed, tracking=False),
+        "permutation": PermutationImportance(repeats=2 if quick else 5, seed=seed, tracking=False),
         "leap": LeAP(seed=seed, tracking=False),
     }
 
@@ -152,7 +157,7 @@ def run_curves(dataset: str, workdir: Path, quick: bool, seeds: int) -> tuple[di
     overrides = list(s["overrides"]) + [f"--data.cache_dir={workdir / 'cache'}"]
     ks = s["ks"]
     if quick:
-        overrides += ["--trainer.max_epochs=1"]
+        overrides += ["--trainer.max_epochs=1", *QUICK_LIMITS]
         ks = ks[:2]
     recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / dataset, quiet=True)
     cache = FitCache()
@@ -220,6 +225,7 @@ def run_cost(criteo: dict[str, Any] | None, workdir: Path, quick: bool) -> dict[
     s = CURVE_SETTINGS["criteo"]
     epochs = 1 if quick else 3
     overrides = [f"--trainer.max_epochs={epochs}", "--model.early_stopping_patience=0", f"--data.cache_dir={workdir / 'cache'}"]
+    overrides += QUICK_LIMITS if quick else []
     recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / "cost", quiet=True)
     _ = recipe.schema  # data prepared before any clock starts
     rows: dict[str, Any] = {"epochs": epochs, "fields": len(recipe.schema)}
@@ -352,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
     
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     args.output_dir = args.output_dir.resolve()
-    rows, epochs, seeds = (20_000, 1, 1) if args.quick else (args.rows, args.epochs, args.random_seeds)
+    rows, epochs, seeds = (6_000, 1, 1) if args.quick else (args.rows, args.epochs, args.random_seeds)
     start = time.perf_counter()
     result: dict[str, Any] = result_header("selection", argv, args.quick, TARGETS)
     name = "selection_quick" if args.quick else "selection"
@@ -362,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
             result["synthetic"] = run_synthetic(rows, epochs, work, args.quick)
         if "curves" in parts:
             result["curves"] = {}
-            for dataset in CURVE_SETTINGS:
+            for dataset in QUICK_CURVES if args.quick else CURVE_SETTINGS:
                 result["curves"][dataset], curves = run_curves(dataset, work, args.quick, seeds)
                 plot_curves(dataset, curves, args.output_dir / f"{name}_{dataset}.png")
         if "cost" in parts:

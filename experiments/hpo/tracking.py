@@ -267,12 +267,30 @@ class StudyTracker:
             metrics += [Metric("best_value", r["best"], r["completed_ms"], r["trial"]) for r in _settled(trace)]
             self.client.log_dict(parent, {"direction": direction, "trace": trace}, "incumbent_trace.json")
             self.client.log_figure(parent, _convergence_figure(trials, trace, self.study_name), "convergence.png")
-        new_params = [Param(k, v) for k, v in params.items() if k not in logged]  # params are immutable in MLflow
-        self.client.log_batch(parent, metrics=metrics, params=new_params)
+        self.client.log_batch(parent, metrics=metrics)
+        self._log_params_once(parent, params, logged)
         schedule = read_schedule(study)
         if schedule is not None:
             self._log_schedule(parent, schedule)
         self.client.set_terminated(parent, "FINISHED")
+
+    def _log_params_once(self, run_id: str, params: dict[str, str], logged: dict[str, str]) -> None:
+        """Log the params not yet on the run. MLflow params are immutable, and two workers that
+        finalize at once may both see a param missing: the loser re-reads and logs what is left."""
+        from mlflow.entities import Param
+        from mlflow.exceptions import MlflowException
+
+        for attempt in range(3):
+            missing = [Param(k, v) for k, v in params.items() if k not in logged]
+            if not missing:
+                return
+            try:
+                self.client.log_batch(run_id, params=missing)
+                return
+            except MlflowException:
+                if attempt == 2:
+                    raise
+                logged = self.client.get_run(run_id).data.params
 
     def _log_schedule(self, run_id: str, schedule: Schedule) -> None:
         data = schedule.to_dict()

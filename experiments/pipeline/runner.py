@@ -10,7 +10,6 @@ that stage, under the same parent run. A changed config is refused unless ``rest
 from __future__ import annotations
 
 import datetime as dt
-import json
 import logging
 import os
 import time
@@ -20,7 +19,8 @@ from typing import Any
 
 from experiments.pipeline.config import PipelineConfig, PipelineConfigError
 from experiments.pipeline.stages import STAGES, StageContext
-from recsys.io import atomic_write_json, atomic_write_text
+from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
+from recsys.io import atomic_write_json
 
 __all__ = ["Pipeline", "PipelineState", "run_pipeline"]
 
@@ -54,13 +54,13 @@ class PipelineState:
     def load(cls, path: Path) -> PipelineState | None:
         if not path.is_file():
             return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.pop("format_version", FORMAT_VERSION) > FORMAT_VERSION:
-            raise PipelineConfigError(f"{path}: written by a newer Salience")
+        data = read_artifact(path, "pipeline state", PipelineConfigError, required=("name", "config_sha"))
+        check_format_version(data, FORMAT_VERSION, str(path), "pipeline state", PipelineConfigError)
+        data.pop("format_version", None)
         return cls(**data)
 
     def save(self, path: Path) -> None:
-        atomic_write_json(path, {"format_version": FORMAT_VERSION, **asdict(self)})
+        write_artifact(path, {"format_version": FORMAT_VERSION, **asdict(self)})
 
 
 class Pipeline:
@@ -83,7 +83,7 @@ class Pipeline:
         return self._load_results(state) if state is not None else {}
 
     def _load_results(self, state: PipelineState) -> dict[str, dict[str, Any]]:
-        return {s: json.loads((self.out / s / "result.json").read_text(encoding="utf-8")) for s in state.stages}
+        return {s: _read_result(self.out / s) for s in state.stages}
 
     def run(self, stop_after: str | None = None) -> dict[str, dict[str, Any]]:
         """Run the stages not yet done (up to ``stop_after``); returns every stage's result."""
@@ -96,7 +96,7 @@ class Pipeline:
             state.experiment = self._experiment()
         parent = self._parent_run(state)
         state.save(self.state_path)
-        atomic_write_text(self.out / "config.yaml", _yaml(self.config.to_dict()))
+        write_artifact(self.out / "config.yaml", plain(self.config.to_dict()))
         status = "FINISHED"
         try:
             for name, stage in STAGES.items():
@@ -185,7 +185,7 @@ class Pipeline:
         state.running = None
         state.save(self.state_path)
         log.info("pipeline %s: stage %s done in %.0f s", self.config.name, name, seconds)
-        return json.loads((folder / "result.json").read_text(encoding="utf-8"))
+        return _read_result(folder)
 
     def _close(self, parent: Any, results: dict[str, dict[str, Any]]) -> None:
         compare = results.get("compare")
@@ -237,10 +237,8 @@ def _fail_subtree(client: Any, run_id: str, why: str) -> None:
     fail_run(client, run_id, why)
 
 
-def _yaml(data: Any) -> str:
-    import yaml
-
-    return yaml.safe_dump(json.loads(json.dumps(data, default=str)), sort_keys=False)
+def _read_result(folder: Path) -> dict[str, Any]:
+    return read_artifact(folder / "result.json", "stage result", PipelineConfigError)
 
 
 def run_pipeline(config: str | Path | PipelineConfig, output: str | None = None, restart: bool = False,

@@ -4,7 +4,6 @@ format) and the collision statistics every builder reports; see :mod:`generative
 from __future__ import annotations
 
 import io
-import json
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from torch import Tensor
 
-from recsys.io import atomic_write_text
+from recsys.artifacts import read_artifact, write_artifact
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -471,15 +470,7 @@ class Codebook:
 
     def save(self, path: str | Path) -> Path:
         """Write the codebook as JSON (atomically), one code row per line; returns the path."""
-        path = Path(path)
-        data = self.to_dict()
-        rows = data.pop("codes")
-        head = json.dumps(data, indent=1, allow_nan=False)
-        body = ",\n".join("  " + json.dumps(r) for r in rows)
-        head = head[: head.rstrip().rfind("}")].rstrip()  # reopen the object to append the codes
-        text = head + ',\n "codes": [\n' + body + ("\n" if rows else "") + " ]\n}\n"
-        atomic_write_text(path, text)
-        return path
+        return write_artifact(path, self.to_dict(), rows_key="codes")
 
     @classmethod
     def load(cls, path: str | Path, num_items: int | None = None) -> Codebook:
@@ -491,14 +482,7 @@ class Codebook:
                 names the file).
         """
         path = Path(path)
-        if not path.is_file():
-            raise FileNotFoundError(f"codebook not found: {path}")
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except UnicodeDecodeError as e:
-            raise CodebookError(f"{path}: not a codebook file (not UTF-8 text)") from e
-        except json.JSONDecodeError as e:
-            raise CodebookError(f"{path}: not a codebook file (invalid JSON at line {e.lineno}: {e.msg})") from e
+        data = read_artifact(path, "codebook file", CodebookError)
         book = cls.from_dict(data, source=str(path))
         if num_items is not None and book.num_items != num_items:
             raise CodebookError(f"{path}: codebook covers {book.num_items} items but the catalogue has {num_items}")

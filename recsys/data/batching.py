@@ -27,7 +27,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from recsys.data.encoders import EncodedData, gather_jagged
 from recsys.data.schema import Schema
 
-__all__ = ["Batch", "BatchDataset", "make_batch", "random_batch"]
+__all__ = ["Batch", "BatchDataset", "make_batch", "random_batch", "rank_slice"]
 
 
 def make_batch(data: EncodedData, rows: np.ndarray, offsets: dict[str, np.ndarray] | None = None) -> Batch:
@@ -59,6 +59,21 @@ def make_batch(data: EncodedData, rows: np.ndarray, offsets: dict[str, np.ndarra
         sparse_features=kjt,
         labels=torch.from_numpy(np.ascontiguousarray(data.labels[rows], dtype=np.float32)),
     )
+
+
+def rank_slice(rows: np.ndarray, rank: int, world_size: int, pad: bool) -> tuple[np.ndarray, int]:
+    """Process ``rank``'s contiguous slice of one global batch's ``rows`` (B) and how many of
+    its rows are padding: ``ceil(B / world_size)`` rows each with ``pad`` (a short slice is
+    filled with copies of ``rows[0]``), ``B // world_size`` without (the remainder dropped)."""
+    if world_size == 1:
+        return rows, 0
+    n, w = len(rows), world_size
+    per = -(-n // w) if pad else n // w
+    mine = rows[rank * per : (rank + 1) * per]
+    n_pad = per - len(mine)
+    if n_pad:
+        mine = np.concatenate([mine, np.repeat(rows[:1], n_pad)])
+    return mine, n_pad
 
 
 class BatchDataset(IterableDataset[Batch]):
@@ -120,16 +135,7 @@ class BatchDataset(IterableDataset[Batch]):
         return full + (rest > 0)
 
     def _slice(self, rows: np.ndarray) -> tuple[np.ndarray, int]:
-        """This rank's rows of one global batch and how many of them are padding."""
-        if self.world_size == 1:
-            return rows, 0
-        n, w = len(rows), self.world_size
-        per = -(-n // w) if self.pad else n // w
-        mine = rows[self.rank * per : (self.rank + 1) * per]
-        n_pad = per - len(mine)
-        if n_pad:
-            mine = np.concatenate([mine, np.repeat(rows[:1], n_pad)])
-        return mine, n_pad
+        return rank_slice(rows, self.rank, self.world_size, self.pad)
 
     def __iter__(self) -> Iterator[Batch]:
         n = len(self.data)

@@ -24,7 +24,7 @@ import pandas as pd
 from recsys.data.raw import RawData
 from recsys.data.schema import FLOAT32_MAX, DenseTransform, FeatureKind, FeatureSpec, Schema, SchemaError
 
-__all__ = ["EncodeStats", "EncodedData", "Preprocessor", "Vocabulary", "hash_ids", "split_multi"]
+__all__ = ["EncodeStats", "EncodedData", "Preprocessor", "Vocabulary", "dense_values", "hash_ids", "split_multi"]
 
 OOV_ID = 0
 
@@ -60,6 +60,7 @@ class Vocabulary:
 
     tokens: list[str]
     counts: list[int]
+    _index: pd.Index | None = field(default=None, init=False, repr=False, compare=False)
 
     @classmethod
     def fit(cls, tokens: np.ndarray, min_count: int = 1) -> Vocabulary:
@@ -67,11 +68,17 @@ class Vocabulary:
         # encode() would then miss the token it was fitted on
         codes, uniq = pd.factorize(np.asarray(tokens, dtype=object), use_na_sentinel=False)
         counts = np.bincount(codes, minlength=len(uniq))
-        uniq = np.asarray([str(t) for t in uniq], dtype=object)
+        return cls.from_counts(np.asarray([str(t) for t in uniq], dtype=object), counts, min_count)
+
+    @classmethod
+    def from_counts(cls, uniq: np.ndarray, counts: np.ndarray, min_count: int = 1) -> Vocabulary:
+        """The vocabulary of distinct tokens ``uniq`` (object array of str) seen ``counts`` times:
+        what :meth:`fit` returns for any token array with those counts."""
+        uniq, counts = np.asarray(uniq, dtype=object), np.asarray(counts, dtype=np.int64)
         keep = counts >= min_count
         uniq, counts = uniq[keep], counts[keep]
         order = np.lexsort((uniq, -counts))  # by count desc, then token for determinism
-        return cls(tokens=[str(t) for t in uniq[order]], counts=[int(c) for c in counts[order]])
+        return cls(tokens=[str(t) for t in uniq[order].tolist()], counts=counts[order].tolist())
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -80,9 +87,16 @@ class Vocabulary:
     def num_embeddings(self) -> int:
         return len(self.tokens) + 1
 
+    @property
+    def index(self) -> pd.Index:
+        """The tokens as a hashed index (built once: rebuilding it per call costs a hash table of
+        the whole vocabulary on every encoded chunk)."""
+        if self._index is None or len(self._index) != len(self.tokens):
+            self._index = pd.Index(self.tokens, dtype=object)
+        return self._index
+
     def encode(self, tokens: np.ndarray) -> np.ndarray:
-        index = pd.Index(self.tokens, dtype=object)
-        return index.get_indexer(np.asarray(tokens, dtype=object)).astype(np.int64) + 1
+        return self.index.get_indexer(np.asarray(tokens, dtype=object)).astype(np.int64) + 1
 
 
 @dataclass
@@ -149,13 +163,21 @@ class EncodedData:
 
     # -- cache -----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
+        """Write an ``.npz``. Compact on disk, the same arrays after :meth:`load`: ids that fit
+        are stored as int32, and the lengths of a feature with one id per row are not stored."""
         from recsys.io import atomic_path
 
         arrays: dict[str, np.ndarray] = {"dense": self.dense, "labels": self.labels}
+        ones: list[str] = []
         for i, name in enumerate(self.sparse_names):
-            arrays[f"v{i}"] = self.values[name]
-            arrays[f"l{i}"] = self.lengths[name]
-        meta = {"sparse": self.sparse_names, "dense": self.dense_names, "stats": self.stats.to_dict()}
+            values, lengths = self.values[name], self.lengths[name]
+            small = values.dtype == np.int64 and (not values.size or (values.min() >= 0 and values.max() < 2**31))
+            arrays[f"v{i}"] = values.astype(np.int32) if small else values
+            if lengths.dtype == np.int32 and len(values) == len(lengths) and (lengths == 1).all():
+                ones.append(name)
+            else:
+                arrays[f"l{i}"] = lengths
+        meta = {"sparse": self.sparse_names, "dense": self.dense_names, "stats": self.stats.to_dict(), "ones": ones}
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
@@ -166,16 +188,18 @@ class EncodedData:
         with np.load(path, allow_pickle=False) as z:
             meta = json.loads(z["meta"].tobytes().decode())
             names = meta["sparse"]
+            ones = set(meta.get("ones", []))
+            labels = z["labels"]
+            n = len(labels)
             data = cls(
                 names,
                 meta["dense"],
-                {n: z[f"v{i}"] for i, n in enumerate(names)},
-                {n: z[f"l{i}"] for i, n in enumerate(names)},
+                {m: z[f"v{i}"].astype(np.int64, copy=False) for i, m in enumerate(names)},
+                {m: np.ones(n, dtype=np.int32) if m in ones else z[f"l{i}"] for i, m in enumerate(names)},
                 z["dense"],
-                z["labels"],
+                labels,
                 EncodeStats.from_dict(meta["stats"]),
             )
-        n = len(data)
         bad = [m for m in names if len(data.lengths[m]) != n or int(data.lengths[m].sum()) != len(data.values[m])]
         if data.dense.shape != (n, len(data.dense_names)) or bad:
             raise ValueError(f"{path}: inconsistent arrays (features {bad}, dense {data.dense.shape}, {n} labels)")
@@ -195,6 +219,24 @@ def gather_jagged(
     np.cumsum(lens[:-1], out=out_start[1:])
     idx = np.repeat(starts - out_start, lens) + np.arange(total, dtype=np.int64)
     return values[idx], lens
+
+
+def dense_values(spec: FeatureSpec, cells: pd.Series | np.ndarray, fill: bool = False) -> tuple[np.ndarray, int]:
+    """A dense column as float64 with a numeric ``missing_value`` as NaN; returns (values, bad count).
+
+    Bad values are NaN, inf and finite values a float32 cannot hold. Without ``fill`` they are
+    dropped (the values :meth:`Preprocessor.fit` averages); with ``fill`` they become
+    ``spec.fill_value``.
+    """
+    x = pd.to_numeric(pd.Series(cells, copy=False), errors="coerce").to_numpy(dtype=np.float64)
+    if spec.missing_value is not None and not isinstance(spec.missing_value, str):
+        x = np.where(x == float(spec.missing_value), np.nan, x)
+    with np.errstate(invalid="ignore"):
+        bad = ~(np.abs(x) <= FLOAT32_MAX)  # NaN, inf and what would be inf as a float32
+    if not fill:
+        return x[~bad], int(bad.sum())
+    x = np.where(bad, spec.fill_value, x)
+    return x, int(bad.sum())
 
 
 class Preprocessor:
@@ -302,15 +344,7 @@ class Preprocessor:
         return tokens
 
     def _dense_raw(self, spec: FeatureSpec, cells: pd.Series | np.ndarray, fill: bool = False) -> tuple[np.ndarray, int]:
-        x = pd.to_numeric(pd.Series(cells, copy=False), errors="coerce").to_numpy(dtype=np.float64)
-        if spec.missing_value is not None and not isinstance(spec.missing_value, str):
-            x = np.where(x == float(spec.missing_value), np.nan, x)
-        with np.errstate(invalid="ignore"):
-            bad = ~(np.abs(x) <= FLOAT32_MAX)  # NaN, inf and what would be inf as a float32
-        if not fill:
-            return x[~bad], int(bad.sum())
-        x = np.where(bad, spec.fill_value, x)
-        return x, int(bad.sum())
+        return dense_values(spec, cells, fill)
 
     @staticmethod
     def _check_columns(frame: pd.DataFrame, names: list[str]) -> None:
@@ -348,9 +382,15 @@ class Preprocessor:
         return pre
 
     def save(self, path: str | Path) -> None:
-        from recsys.io import atomic_write_json
+        """Write the state as JSON (indented; compact, which is ~10x faster to write, when the
+        vocabularies hold more than 50,000 tokens)."""
+        from recsys.io import atomic_write_json, atomic_write_text
 
-        atomic_write_json(path, self.state_dict())
+        state = self.state_dict()
+        if sum(len(v) for v in self.vocabularies.values()) > 50_000:
+            atomic_write_text(path, json.dumps(state, separators=(",", ":")) + "\n")
+        else:
+            atomic_write_json(path, state)
 
     @classmethod
     def load(cls, path: str | Path) -> Preprocessor:

@@ -1,8 +1,10 @@
-"""Raw data -> encoded train/val/test splits, cached on disk.
+"""Raw data -> encoded train/val/test splits, cached on disk (in memory; for data larger than
+memory see :mod:`recsys.data.prepare_stream`).
 
 The one place that turns a :class:`~recsys.data.readers.base.Reader` into model-ready arrays:
-read, select features, seeded split, fit encoders on the training split only, encode every
-split, and cache the result keyed by the reader's fingerprint and the options.
+read, select features, split (seeded random, predefined files or time-ordered; see
+:mod:`recsys.data.splits`), fit encoders on the training split only, encode every split, and
+cache the result keyed by the reader's fingerprint and the options.
 """
 
 from __future__ import annotations
@@ -14,47 +16,26 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from recsys.data.encoders import EncodedData, Preprocessor
 from recsys.data.raw import DataError, RawData
 from recsys.data.readers.base import Reader
-from recsys.data.schema import Schema
+from recsys.data.schema import Schema, SchemaError
+from recsys.data.splits import (
+    SPLITS, RowSplitter, SplitConfig, SplitMode, SplitName, rows_by_split, split_indices,
+)
 from recsys.io import atomic_write_json
 
-__all__ = ["PreparedData", "SplitConfig", "SplitName", "prepare_data", "raw_split", "split_indices"]
+__all__ = [
+    "PreparedData", "SplitConfig", "SplitMode", "SplitName", "apply_options", "check_split", "prepare_data",
+    "raw_split", "split_indices", "split_readers",
+]
 
 log = logging.getLogger(__name__)
-
-#: the data splits: training rows, validation (selection, early stopping) and test rows
-SplitName = Literal["train", "val", "test"]
-SPLITS: tuple[SplitName, ...] = ("train", "val", "test")
-
-
-@dataclass(frozen=True)
-class SplitConfig:
-    """Seeded random split fractions (train, val, test); they must sum to 1."""
-
-    train: float = 0.8
-    val: float = 0.1
-    test: float = 0.1
-    seed: int = 42
-
-    def __post_init__(self) -> None:
-        parts = (self.train, self.val, self.test)
-        if any(not p >= 0 for p in parts) or not abs(sum(parts) - 1.0) <= 1e-6 or not self.train > 0:  # NaN fails
-            raise ValueError(f"split fractions must be >= 0, train > 0 and sum to 1, got {parts}")
-
-
-def split_indices(n: int, split: SplitConfig) -> dict[str, np.ndarray]:
-    """Deterministic seeded permutation cut into train/val/test row indices (each sorted)."""
-    perm = np.random.default_rng(split.seed).permutation(n)
-    n_train = int(round(split.train * n))
-    n_val = int(round(split.val * n))
-    cuts = {"train": perm[:n_train], "val": perm[n_train : n_train + n_val], "test": perm[n_train + n_val :]}
-    return {k: np.sort(v) for k, v in cuts.items()}
 
 
 @dataclass
@@ -107,7 +88,8 @@ class PreparedData:
         return cls(splits, Preprocessor.load(folder / "preprocessor.json"), summary)
 
 
-def _check_split(name: str, labels: np.ndarray, source: str) -> None:
+def check_split(name: str, labels: np.ndarray, source: str) -> None:
+    """Raise a ``DataError`` when split ``name`` is empty or holds one class only."""
     if len(labels) == 0:
         raise DataError(f"{source}: the {name} split is empty; use more data or other split fractions")
     classes = np.unique(labels)
@@ -118,9 +100,10 @@ def _check_split(name: str, labels: np.ndarray, source: str) -> None:
         )
 
 
-def _apply_options(
+def apply_options(
     raw: RawData, features: list[str] | None, drop_features: list[str] | None, embedding_dim: int | None
 ) -> RawData:
+    """``raw`` with only ``features``, without ``drop_features``, every embedding ``embedding_dim`` wide."""
     if features:
         raw = raw.select(features)
     if drop_features:
@@ -143,7 +126,8 @@ def prepare_data(
 
     Args:
         reader: the dataset reader.
-        split: split fractions and seed.
+        split: how rows are split (seeded random, predefined files or time-ordered; see
+            :mod:`recsys.data.splits`).
         features: keep only these features (error lists the available columns otherwise).
         drop_features: drop these features.
         embedding_dim: override every sparse feature's embedding dim.
@@ -154,7 +138,9 @@ def prepare_data(
     """
     split = split or SplitConfig()
     key_blob = json.dumps(
-        [reader.fingerprint(), split.__dict__, features, drop_features, embedding_dim], sort_keys=True, default=str
+        [reader.fingerprint() if split.kind is not SplitMode.FILES else _files_fingerprint(reader, split),
+         split.to_dict(), features, drop_features, embedding_dim],
+        sort_keys=True, default=str,
     )
     key = hashlib.sha256(key_blob.encode()).hexdigest()[:16]
     folder = Path(cache_dir) / f"{reader.name}-{key}" if cache_dir is not None else None
@@ -166,22 +152,18 @@ def prepare_data(
         except Exception as e:  # a damaged cache is rebuilt, never trusted (BadZipFile, EOFError, ...)
             log.warning("ignoring unreadable cache %s: %s", folder, e)
 
-    raw = _apply_options(reader.read(), features, drop_features, embedding_dim)
-    source = raw.report.source
-    rows = split_indices(len(raw), split)
-    labels = raw.labels
+    frames, schema, source, read = _split_frames(reader, split, features, drop_features, embedding_dim)
     for name in SPLITS:
-        if name == "train" or len(rows[name]):
-            _check_split(name, labels[rows[name]], source)
-    frame = raw.frame
-    pre = Preprocessor(raw.schema).fit(frame.iloc[rows["train"]])
-    splits = {name: pre.transform(frame.iloc[idx]) for name, idx in rows.items() if len(idx)}
+        if name == "train" or len(frames.get(name, ())):
+            check_split(name, _labels(frames.get(name), schema), source)
+    pre = Preprocessor(schema).fit(frames["train"])
+    splits = {name: pre.transform(frame) for name, frame in frames.items() if len(frame)}
     summary = {
         "dataset": reader.name,
         "source": source,
-        "read": raw.report.to_dict(),
-        "split": {**split.__dict__, **{f"{k}_rows": int(len(v)) for k, v in rows.items()}},
-        "features": {"sparse": len(raw.schema.sparse), "dense": len(raw.schema.dense)},
+        "read": read,
+        "split": {**split.to_dict(), **{f"{k}_rows": len(frames.get(k, ())) for k in SPLITS}},
+        "features": {"sparse": len(schema.sparse), "dense": len(schema.dense)},
         "encode": {name: data.stats.to_dict() for name, data in splits.items()},
         "ctr": {name: float(data.labels.mean()) for name, data in splits.items()},
     }
@@ -189,6 +171,46 @@ def prepare_data(
     if folder is not None:
         prepared.save(folder)
     return prepared
+
+
+def _labels(frame: pd.DataFrame | None, schema: Schema) -> np.ndarray:
+    return np.zeros(0, np.float32) if frame is None else frame[schema.label].to_numpy(dtype=np.float32)
+
+
+def _files_fingerprint(reader: Reader, split: SplitConfig) -> list[str]:
+    """The fingerprints of the per-split readers of a files split."""
+    assert split.files is not None
+    return [reader.with_path(split.files[name]).fingerprint() for name in SPLITS if name in split.files]
+
+
+def split_readers(reader: Reader, split: SplitConfig) -> dict[str, Reader]:
+    """The reader of every split of a files split (``reader`` with each split's ``path``)."""
+    assert split.files is not None
+    return {name: reader.with_path(split.files[name]) for name in SPLITS if name in split.files}
+
+
+def _split_frames(
+    reader: Reader, split: SplitConfig, features: list[str] | None, drop_features: list[str] | None,
+    embedding_dim: int | None,
+) -> tuple[dict[str, pd.DataFrame], Schema, str, dict[str, Any]]:
+    """Per split its raw frame (features selected), the schema, the source and the read report."""
+    if split.kind is SplitMode.FILES:
+        raws = {n: apply_options(r.read(), features, drop_features, embedding_dim) for n, r in split_readers(reader, split).items()}
+        schema = raws["train"].schema
+        for name, raw in raws.items():
+            if raw.schema != schema:
+                raise SchemaError(f"{raw.report.source}: the {name} files have another schema than the train files")
+        read = {name: raw.report.to_dict() for name, raw in raws.items()}
+        return {n: r.frame for n, r in raws.items()}, schema, raws["train"].report.source, read
+    if split.kind is SplitMode.TIME:
+        raw = reader.read_with_columns([split.time_column or ""])
+        rows = rows_by_split(RowSplitter(split, total_rows=len(raw)).assign(raw))
+    else:
+        raw = reader.read()
+        rows = split_indices(len(raw), split)
+    raw = apply_options(raw, features, drop_features, embedding_dim)
+    frames = {name: raw.frame.iloc[idx] for name, idx in rows.items()}
+    return frames, raw.schema, raw.report.source, raw.report.to_dict()
 
 
 def raw_split(
@@ -205,8 +227,16 @@ def raw_split(
     """
     if name not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
-    raw = _apply_options(raw, features, drop_features, None)
-    rows = split_indices(len(raw), split or SplitConfig())[name]
+    split = split or SplitConfig()
+    if split.kind is SplitMode.FILES:
+        raise ValueError("raw_split cannot cut one RawData into a files split; read the split's files instead")
+    if split.kind is SplitMode.TIME:
+        codes = RowSplitter(split, total_rows=len(raw)).assign(raw)
+        raw = apply_options(raw, features, drop_features, None)
+        rows = np.flatnonzero(codes == SPLITS.index(name))
+    else:
+        raw = apply_options(raw, features, drop_features, None)
+        rows = split_indices(len(raw), split)[name]
     if not len(rows):
         raise DataError(f"{raw.report.source}: the {name} split is empty")
     return RawData(raw.frame.iloc[rows], raw.schema, raw.report)

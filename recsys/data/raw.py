@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recsys.data.schema import Schema, SchemaError
 
@@ -39,6 +41,11 @@ class ReadReport:
     rows_skipped: int = 0
     skipped_lines: list[int] = field(default_factory=list)  # first 1000 skipped line numbers
     notes: dict[str, Any] = field(default_factory=dict)
+    #: physical lines (Parquet: rows) read so far, and bytes of the file consumed / in all: kept
+    #: up to date while a file is read in chunks (for pooled line numbers and progress)
+    lines: int = 0
+    bytes_read: int = 0
+    bytes_total: int = 0
 
     def skip(self, lines: list[int] | np.ndarray) -> None:
         lines = [int(x) for x in lines]
@@ -96,6 +103,13 @@ class RawData:
 
 def check_labels(labels: pd.Series, source: str, unit: IndexUnit = "line") -> pd.Series:
     """Return labels as int8 in {0, 1}; raise naming the first bad line (or ``unit``) otherwise."""
+    if pd.api.types.is_string_dtype(labels.dtype) and labels.dtype != object:  # fast path: text "0"/"1"
+        try:
+            values = pc.cast(pa.array(labels, from_pandas=True), pa.int8()).to_numpy(zero_copy_only=False)
+            if ((values == 0) | (values == 1)).all():
+                return pd.Series(values.astype(np.int8), index=labels.index, name=labels.name)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError, TypeError, ValueError):
+            pass
     numeric = pd.to_numeric(labels, errors="coerce")
     bad = ~numeric.isin([0, 1])
     if bad.any():

@@ -318,7 +318,7 @@ class SalienceCLI(TrackedCLI):
             raise
 
     def can_test(self) -> bool:
-        return self.datamodule.prepared.splits.get("test") is not None
+        return self.datamodule.has_split("test")
 
     def before_predict(self) -> None:
         if self.trainer.world_size > 1:
@@ -336,7 +336,7 @@ class SalienceCLI(TrackedCLI):
 
         out = Path(self.subcommand_config["predictions"] or Path(self.trainer.default_root_dir) / "predictions.csv")
         scores = torch.cat([p.reshape(-1) for p in self.trainer.predict_loop.predictions]).numpy()
-        labels = self.datamodule.prepared.splits["test"].labels
+        labels = self.datamodule.split_labels("test")
         frame = pd.DataFrame({"row": np.arange(len(scores)), "label": labels[: len(scores)], "score": scores})
         atomic_write_text(out, frame.to_csv(index=False))
         print(f"wrote {len(frame):,} predictions of the test split to {out}")
@@ -364,11 +364,9 @@ class SalienceCLI(TrackedCLI):
             out,
             metadata={"arch": self.model.backbone_name, "mlflow_run_id": run_id, "dataset": self.datamodule.dataset_name},
         )
-        splits = self.datamodule.prepared.splits
-        data = splits.get("test") or splits["val"]
         # batch sizes and rows that differ from anything the export saw
-        rows = np.random.default_rng(0).permutation(len(data))
-        batches = [make_batch(data, rows[:n]) for n in (1, 7, min(1024, len(data)))]
+        data = self.datamodule.split_sample("test" if self.datamodule.has_split("test") else "val", 1024)
+        batches = [make_batch(data, np.arange(min(n, len(data)))) for n in (1, 7, 1024)]
         diff = check_parity_in_fresh_process(out, model, batches)
         self.export_report = {"output_dir": str(out), "parity_max_abs_diff": diff}
         print(f"exported model: {out} (fresh-process parity: max |eager - exported| = {diff:.2e})")

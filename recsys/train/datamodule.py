@@ -1,20 +1,27 @@
-"""LightningDataModule over :func:`recsys.data.prepare.prepare_data`."""
+"""LightningDataModule over :func:`recsys.data.prepare.prepare_data` (splits in memory) or over
+an encoded shard set streamed with bounded memory (:mod:`recsys.data.shard_batching`)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
 from typing import Any
 
 import lightning.pytorch as pl
+import numpy as np
 from torch.utils.data import DataLoader
 
 from recsys.data.batching import BatchDataset
-from recsys.data.encoders import Preprocessor
+from recsys.data.encoders import EncodedData, Preprocessor
 from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
 from recsys.data.readers.base import Reader
+from recsys.data.shard_batching import ResumableLoader, ShardBatchDataset, select_columns
+from recsys.data.shards import ShardSet
 
-__all__ = ["CTRDataModule", "encoder_changes"]
+__all__ = ["CTRDataModule", "encoder_changes", "restrict_preprocessor"]
+
+log = logging.getLogger(__name__)
 
 
 class CTRDataModule(pl.LightningDataModule):
@@ -34,6 +41,20 @@ class CTRDataModule(pl.LightningDataModule):
             depend on them, so a sweep over dims encodes the data once.
         cache_dir: encoded-data cache folder (``null`` disables the cache).
         shuffle_seed: seed of the per-epoch training shuffle.
+        shards: stream the splits from this encoded shard-set folder (:mod:`recsys.data.shards`)
+            instead of preparing them in memory: at most ``buffer_shards`` shards are loaded at a
+            time, the training order is shuffled by shard and within a buffer, and a mid-epoch
+            checkpoint resumes at the next batch (:mod:`recsys.data.shard_batching`). The split,
+            vocabularies and dense statistics are the shard set's (``split`` does not apply);
+            ``features``, ``drop_features`` and ``embedding_dim`` select and size a view of it.
+        buffer_shards: shards loaded and shuffled together in streamed training.
+        streaming: stream the data without ever holding it in memory: the reader's files are
+            encoded into a shard set under ``cache_dir`` in two streaming passes
+            (:func:`recsys.data.prepare_stream.prepare_shards`: vocabularies and statistics
+            from the training rows, then every split into shards; cached like ``prepare_data``)
+            and read as with ``shards``. ``split`` applies (random, predefined files or a time
+            column, :class:`~recsys.data.splits.SplitConfig`).
+        rows_per_shard: rows per shard file that ``streaming`` writes.
     """
 
     def __init__(
@@ -48,6 +69,10 @@ class CTRDataModule(pl.LightningDataModule):
         embedding_dims: dict[str, int] | None = None,
         cache_dir: str | None = ".cache/salience",
         shuffle_seed: int = 0,
+        shards: str | None = None,
+        buffer_shards: int = 4,
+        streaming: bool = False,
+        rows_per_shard: int = 262_144,
     ) -> None:
         super().__init__()
         self.reader = reader
@@ -60,41 +85,137 @@ class CTRDataModule(pl.LightningDataModule):
         self.embedding_dims = embedding_dims
         self.cache_dir = cache_dir
         self.shuffle_seed = shuffle_seed
+        self.shards = shards
+        if buffer_shards < 1:
+            raise ValueError(f"data.buffer_shards must be >= 1, got {buffer_shards}")
+        self.buffer_shards = buffer_shards
+        if streaming and cache_dir is None:
+            raise ValueError("data.streaming writes its shards under data.cache_dir: set a cache folder")
+        self._stream_raw = streaming
+        self.rows_per_shard = rows_per_shard
         self._prepared: PreparedData | None = None
+        self._shard_set: ShardSet | None = None
+        self._view: Preprocessor | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the splits are streamed from shards (``shards`` or ``streaming`` set) rather
+        than held in memory."""
+        return self.shards is not None or self._stream_raw
 
     @property
     def prepared(self) -> PreparedData:
-        """Encoded splits (read, split and encoded on first access; cached on disk)."""
+        """Encoded splits (read, split and encoded on first access; cached on disk).
+
+        When streaming, the whole splits are loaded from the shards into memory (for the
+        commands that still need them whole); fitting, validating and testing never do that.
+        """
         if self._prepared is None:
-            self._prepared = prepare_data(
-                self.reader, self.split, self.features, self.drop_features, self.embedding_dim, self.cache_dir
-            )
+            if self.streaming:
+                log.warning("loading the whole splits of the shard set %s into memory", self.shards)
+                columns = self._columns
+                splits = {
+                    name: select_columns(part.to_encoded(), columns) if columns is not None else part.to_encoded()
+                    for name, part in self.shard_set.splits.items()
+                    if part.rows
+                }
+                self._prepared = PreparedData(splits, self.preprocessor, self.shard_set.summary)
+            else:
+                self._prepared = prepare_data(
+                    self.reader, self.split, self.features, self.drop_features, self.embedding_dim, self.cache_dir
+                )
         return self._prepared
 
+    # -- streaming -------------------------------------------------------------------------
+    def _open_shards(self) -> ShardSet:
+        """The shard set a streaming module reads: the folder ``shards`` names, else the reader's
+        data prepared into shards under ``cache_dir`` (every feature: ``features`` and
+        ``drop_features`` select a view, so a feature selection reuses one shard set)."""
+        if self.shards is not None:
+            return ShardSet.open(self.shards)
+        from recsys.data.prepare_stream import prepare_shards
+
+        assert self.cache_dir is not None
+        return prepare_shards(self.reader, self.split, cache_dir=self.cache_dir, rows_per_shard=self.rows_per_shard)
+
+    @property
+    def shard_set(self) -> ShardSet:
+        """The opened shard set (streaming only; every shard's size is checked on opening)."""
+        if not self.streaming:
+            raise ValueError("this data module prepares its splits in memory: set data.streaming (or data.shards) to stream them")
+        if self._shard_set is None:
+            self._shard_set = self._open_shards()
+        return self._shard_set
+
+    @property
+    def _columns(self) -> list[str] | None:
+        """The features of the view, when it is narrower than the shards."""
+        names = self.preprocessor.schema.names
+        return names if names != self.shard_set.preprocessor.schema.names else None
+
+    def has_split(self, split: str) -> bool:
+        """Whether ``split`` has rows (without loading it when streaming)."""
+        if self.streaming:
+            part = self.shard_set.splits.get(split)
+            return part is not None and part.rows > 0
+        return self.prepared.splits.get(split) is not None
+
+    def split_sample(self, split: str, rows: int, seed: int = 0) -> EncodedData:
+        """Up to ``rows`` seeded random rows of ``split`` (of its first shard when streaming)."""
+        if self.streaming:
+            data = self.shard_set.split(split).load(0)
+            columns = self._columns
+            data = select_columns(data, columns) if columns is not None else data
+        else:
+            data = self.prepared.splits[split]
+        return data.take(np.random.default_rng(seed).permutation(len(data))[:rows])
+
+    def split_labels(self, split: str) -> np.ndarray:
+        """The labels of ``split`` in row order (float32, N; shard by shard when streaming)."""
+        if self.streaming:
+            return np.concatenate([d.labels for d in self.shard_set.split(split).iter_shards()])
+        return self.prepared.splits[split].labels
+
+    # -- schema ----------------------------------------------------------------------------
     @property
     def schema_dict(self) -> dict[str, Any]:
         """The fitted schema as a dict (linked to the model's ``schema`` argument by the CLI),
         with ``embedding_dims`` applied."""
-        schema = self.prepared.schema
+        schema = self.preprocessor.fitted_schema if self.streaming else self.prepared.schema
         if self.embedding_dims:
             schema = schema.with_dims(self.embedding_dims)
         return schema.to_dict()
 
     @property
     def preprocessor(self) -> Preprocessor:
-        return self.prepared.preprocessor
+        if not self.streaming:
+            return self.prepared.preprocessor
+        if self._view is None:
+            self._view = restrict_preprocessor(
+                self.shard_set.preprocessor, self.features, self.drop_features, self.embedding_dim
+            )
+        return self._view
+
+    @property
+    def summary(self) -> dict[str, Any]:
+        """What preparation recorded (rows read and skipped, split sizes, OOV counts, CTR)."""
+        return self.shard_set.summary if self.streaming else self.prepared.summary
 
     @property
     def dataset_name(self) -> str:
         return self.reader.name
 
+    def prepare_data(self) -> None:
+        """Lightning calls this in one process per machine before ``setup``: ``streaming`` builds
+        its shard set here, so the processes of a distributed run never write the same cache at
+        once (they open it in ``setup``)."""
+        if self._stream_raw and self.shards is None:
+            _ = self.shard_set
+
     def setup(self, stage: str) -> None:
-        _ = self.prepared
+        _ = self.shard_set if self.streaming else self.prepared
 
     def _loader(self, split: str, train: bool = False) -> DataLoader:
-        data = self.prepared.splits.get(split)
-        if data is None:
-            raise ValueError(f"the {split!r} split is empty: give it a non-zero fraction in data.split")
         trainer = self.trainer
         rank, world = (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
         if train and self.batch_size % world:
@@ -102,17 +223,36 @@ class CTRDataModule(pl.LightningDataModule):
                 f"data.batch_size={self.batch_size} is the global batch and must split evenly over the "
                 f"{world} processes of this run (a multiple of {world})"
             )
+        if not self.has_split(split):
+            where = f"the shard set {self.shards}" if self.streaming else "data.split"
+            raise ValueError(f"the {split!r} split is empty: give it a non-zero fraction in {where}")
+        batch_size = self.batch_size if train else self.eval_batch_size
+        # pinned host memory makes the host-to-device copy of each batch asynchronous
+        pin = trainer is not None and trainer.strategy.root_device.type == "cuda"
+        if self.streaming:
+            stream = ShardBatchDataset(
+                self.shard_set.split(split),
+                batch_size,
+                train=train,
+                seed=self.shuffle_seed,
+                buffer_shards=self.buffer_shards,
+                rank=rank,
+                world_size=world,
+                columns=self._columns,
+            )
+            # the training position travels with checkpoints (a mid-epoch resume continues it)
+            if train:
+                return ResumableLoader(stream, pin_memory=pin)
+            return DataLoader(stream, batch_size=None, pin_memory=pin)
         ds = BatchDataset(
-            data,
-            self.batch_size if train else self.eval_batch_size,
+            self.prepared.splits[split],
+            batch_size,
             shuffle=train,
             seed=self.shuffle_seed,
             rank=rank,
             world_size=world,
             pad=not train,
         )
-        # pinned host memory makes the host-to-device copy of each batch asynchronous
-        pin = trainer is not None and trainer.strategy.root_device.type == "cuda"
         return DataLoader(ds, batch_size=None, pin_memory=pin)
 
     def train_dataloader(self) -> DataLoader:
@@ -129,7 +269,7 @@ class CTRDataModule(pl.LightningDataModule):
 
     def state_dict(self) -> dict[str, Any]:
         """Saved in checkpoints: the fitted encoders, so a checkpoint alone can be exported."""
-        return {"preprocessor": self.preprocessor.state_dict(), "summary": self.prepared.summary}
+        return {"preprocessor": self.preprocessor.state_dict(), "summary": self.summary}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Check a checkpoint's encoders against the ones rebuilt from the data (+ seed).
@@ -154,6 +294,30 @@ class CTRDataModule(pl.LightningDataModule):
                 f"rebuilt from it differ in {shown}. Resume from the data the checkpoint was trained on (the same "
                 "data.reader files, data.split and data.features), or start a new fit without --ckpt_path."
             )
+
+
+def restrict_preprocessor(
+    pre: Preprocessor, features: list[str] | None, drop_features: list[str] | None, embedding_dim: int | None
+) -> Preprocessor:
+    """The fitted encoders of ``pre`` for a view of its features: the ``features`` only (schema
+    order), without ``drop_features``, every sparse dim set to ``embedding_dim``; the encoders
+    ``prepare_data`` fits with the same options (each feature's encoder depends on its own column
+    only). Raises ``SchemaError`` naming an unknown feature."""
+    schema = pre.schema
+    if features:
+        schema = schema.select(features)
+    if drop_features:
+        schema = schema.drop(drop_features)
+    if embedding_dim is not None:
+        schema = schema.with_uniform_dim(embedding_dim)
+    if schema == pre.schema:
+        return pre
+    names = set(schema.names)
+    out = Preprocessor(schema)
+    out.vocabularies = {k: v for k, v in pre.vocabularies.items() if k in names}
+    out.dense_stats = {k: v for k, v in pre.dense_stats.items() if k in names}
+    out.fitted = True
+    return out
 
 
 def encoder_changes(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -6,17 +6,17 @@ from typing import Any
 
 import torch
 from torch.nn.functional import binary_cross_entropy_with_logits
-from torchmetrics.functional.classification import binary_auroc
 
 from recsys.data.batching import BatchDataset
 from recsys.data.encoders import EncodedData
+from recsys.metrics import binary_auc
 
 __all__ = ["evaluate"]
 
 
 def evaluate(model: Any, data: EncodedData, batch_size: int = 4096, train_mode: bool = False) -> dict[str, float]:
-    """``auc`` (torchmetrics ``binary_auroc``, the metric the trainer logs) and ``logloss`` (mean
-    BCE on the logits) of a ``forward(dense, kjt) -> logits`` module on ``data``.
+    """``auc`` (:func:`recsys.metrics.binary_auc`, the same AUC the trainer's streaming
+    ``BinaryAUROC`` logs) and ``logloss`` (mean BCE on the logits) of a ``forward(dense, kjt) -> logits`` module on ``data``.
 
     Runs without gradients in eval mode (``train_mode=True``: training mode, e.g. sampled
     gates); the module's mode is restored afterwards.
@@ -32,4 +32,4 @@ def evaluate(model: Any, data: EncodedData, batch_size: int = 4096, train_mode: 
     finally:
         model.train(was_training)
     z, y = torch.cat(logits).float(), torch.cat(labels).float()
-    return {"auc": float(binary_auroc(z, y.long())), "logloss": float(binary_cross_entropy_with_logits(z, y))}
+    return {"auc": binary_auc(z, y), "logloss": float(binary_cross_entropy_with_logits(z, y))}

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from recsys.train.datamodule import CTRDataModule
     from recsys.train.module import RankingTask
 
-__all__ = ["FitResult", "Recipe"]
+__all__ = ["FitResult", "Recipe", "quiet_lightning"]
 
 log = logging.getLogger(__name__)
 
@@ -113,7 +113,7 @@ class Recipe:
         if self._datamodule is None:
             from recsys.train.cli import SalienceCLI
 
-            with _quiet_lightning(self.quiet), _own_argv():
+            with quiet_lightning(self.quiet), _own_argv():
                 cli = SalienceCLI(args=["--config", str(self.config_path), *self.overrides], run=False)
             self._datamodule = cli.datamodule
         return self._datamodule
@@ -206,7 +206,7 @@ class Recipe:
             args += ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false", "--after_fit.verbose=false"]
         args += list(extra_args)
         start = time.perf_counter()
-        with _quiet_lightning(self.quiet), _own_argv():
+        with quiet_lightning(self.quiet), _own_argv():
             cli = SalienceCLI(args=args, callbacks=callbacks)
         seconds = time.perf_counter() - start
         metrics = {k: float(v) for k, v in cli.trainer.callback_metrics.items() if v.numel() == 1}
@@ -240,7 +240,7 @@ def _own_argv() -> Iterator[None]:
 
 
 @contextmanager
-def _quiet_lightning(quiet: bool) -> Iterator[None]:
+def quiet_lightning(quiet: bool) -> Iterator[None]:
     """Lightning's per-fit INFO lines (seed, devices, tips, checkpoint restores) off while quiet."""
     if not quiet:
         yield

@@ -14,6 +14,7 @@ import yaml
 from embeddings import DimensionPlan, DimensionSearch, get_search
 from experiments.cli import main
 from recsys.train.recipe import Recipe
+from tests.conftest import registered as registered_plugin
 from tests.selection.conftest import tiny_config
 
 
@@ -32,9 +33,8 @@ class SmallTablesWide(DimensionSearch):
 
 @pytest.fixture()
 def registered() -> Iterator[None]:
-    DimensionSearch._registry[SmallTablesWide.name] = SmallTablesWide
-    yield
-    DimensionSearch._registry.pop(SmallTablesWide.name, None)
+    with registered_plugin(SmallTablesWide):
+        yield
 
 
 def test_a_new_search_is_one_class_and_runs_by_name(registered: None, tmp_cwd: Path) -> None:

@@ -66,14 +66,14 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     from experiments.benchmarks import selection as bench
     from tests.conftest import require_dataset
 
-    require_dataset(data_dir, "frappe")
     require_dataset(data_dir, "criteo-kaggle-head10k")
     assert bench.main(["--quick", "--output-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "selection_quick.json").read_text())
     assert result["quick"] and set(result["synthetic"]["methods"]) >= {"outrank", "permutation", "leap"}
     for m in result["synthetic"]["methods"].values():
         assert 0.0 <= m["precision_at_10"] <= 1.0 and len(m["top10"]) == 10
-    for dataset in ("frappe", "criteo"):
+    assert set(result["curves"]) == set(bench.QUICK_CURVES)  # --quick: the Criteo head's curves only
+    for dataset in bench.QUICK_CURVES:
         methods = result["curves"][dataset]["methods"]
         assert set(methods) == {"outrank", "permutation", "leap"}
         assert all(len(m["curve"]) == len(result["curves"][dataset]["ks"]) for m in methods.values())

@@ -139,6 +139,7 @@ def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
     assert json.loads((out / "pipeline_state.json").read_text())["parent_run_id"] == parent.info.run_id
 
 
+@pytest.mark.slow  # kill -9 of a real pipeline; the stop-and-resume path: test_pipeline_end_to_end_with_stop_and_resume
 def test_kill_9_mid_stage_resumes_after_the_last_finished_stage(tmp_path: Path) -> None:
     """``kill -9`` during the selection stage; the same command again redoes only that stage,
     under the same parent run, and the killed stage's runs end FAILED instead of RUNNING."""

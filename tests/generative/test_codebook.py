@@ -339,7 +339,7 @@ def test_load_rejects_corrupt_or_mismatching_files(tmp_path: Path) -> None:
         "truncated.json": (text[: len(text) // 2], "invalid JSON"),
         "other.json": (json.dumps({"dims": {}}), "not a codebook file"),
         "rows.json": (text.replace('"num_items": 30', '"num_items": 29'), "num_items is 29 but the file has 30 code"),
-        "range.json": (text.replace('"level_sizes": [\n  4,', '"level_sizes": [\n  1,'), "outside"),
+        "range.json": (text.replace('"level_sizes": [\n    4,', '"level_sizes": [\n    1,'), "outside"),
         "newer.json": (text.replace('"format_version": 1', '"format_version": 9'), "format version 9"),
     }
     for name, (content, message) in cases.items():

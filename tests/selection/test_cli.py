@@ -54,6 +54,7 @@ def test_select_rejects_a_k_beyond_the_features(tmp_cwd: Path) -> None:
         main(["select", "--config", cfg, "--method", "outrank", "--k", "2,99", "--no-tracking"])
 
 
+@pytest.mark.slow  # salience select on Frappe; the same command on synthetic data: the other select tests here
 def test_select_on_frappe_writes_curve_and_reduced_config(
     tmp_cwd: Path, data_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

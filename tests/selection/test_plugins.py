@@ -13,6 +13,7 @@ import yaml
 from experiments.cli import main
 from recsys.train.recipe import Recipe
 from selection import ImportanceMethod, ImportanceReport, get_method
+from tests.conftest import registered as registered_plugin
 from tests.selection.conftest import tiny_config
 
 
@@ -31,9 +32,8 @@ class LongestNameFirst(ImportanceMethod):
 
 @pytest.fixture()
 def registered() -> Iterator[None]:
-    ImportanceMethod._registry[LongestNameFirst.name] = LongestNameFirst
-    yield
-    ImportanceMethod._registry.pop(LongestNameFirst.name, None)
+    with registered_plugin(LongestNameFirst):
+        yield
 
 
 def test_a_new_method_is_one_class_and_runs_by_name(registered: None, tmp_cwd: Path) -> None:

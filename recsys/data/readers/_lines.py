@@ -100,11 +100,15 @@ class Lines:
         data: the file content with the bad lines removed (the header, if any, is kept).
         lines: 1-based source line number of every remaining data record, in order.
         header: the header fields when the file has a header row, else None.
+        rest: with ``scan_lines(..., more=True)``, the trailing lines of a quoted record still
+            open at the end of the block (not in ``data``; the caller prepends them to the next
+            block); else empty.
     """
 
     data: bytes
     lines: np.ndarray
     header: list[str] | None = None
+    rest: bytes = b""
 
 
 def _line_bounds(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -198,6 +202,9 @@ def scan_lines(
     quoted: bool = False,
     encoding: str = "utf-8",
     message: Callable[[int, int], str] | None = None,
+    first_line: int = 1,
+    part: bool = False,
+    more: bool = False,
 ) -> Lines:
     """Check the field count of every line; raise on the first bad one or drop and count them.
 
@@ -221,6 +228,14 @@ def scan_lines(
         quoted: fields may be quoted (``"``), see above.
         encoding: text encoding (header decoding and ``quoted`` mode).
         message: ``(expected, found) -> str`` describing a wrong field count.
+        first_line: source line number of the first line of ``data`` (a block of a file read
+            in blocks, see :mod:`recsys.data.readers._stream`); line numbers in messages, the
+            report and the result count from it.
+        part: ``data`` is one block of a longer file: an empty block, or one without good rows,
+            is no error (the caller checks the whole file).
+        more: more blocks follow: with ``quoted``, a record whose quoted field is still open at
+            the end of ``data`` (it continues in the next block) is not flagged but returned in
+            :attr:`Lines.rest`.
 
     Returns:
         The clean content and the line number of every remaining data record.
@@ -233,16 +248,23 @@ def scan_lines(
     if len(sep) != 1 or not sep.isascii() or sep in '"\r\n':
         raise ValueError(f"sep must be one ASCII character other than '\"', '\\r' and '\\n', got {sep!r}")
     message = message or _default_message(sep)
-    if not data or data.isspace():
+    if not part and (not data or data.isspace()):
         raise DataError(f"{source}: the file is empty")
     arr = np.frombuffer(data, dtype=np.uint8)
     starts, ends = _line_bounds(arr)
     bad_text = _bad_text_lines(data, arr, ends, encoding)
     header_fields: list[str] | None = None
+    rest = b""
 
     if quoted:
         text = data.decode(encoding, errors="replace") if bad_text.size else data.decode(encoding)
         rec_start, rec_end, counts = _quoted_records(text, sep, source)
+        if more and counts.size and counts[-1] == _UNCLOSED:  # the record continues in the next block
+            kept = int(rec_start[-1]) - 1  # lines before the open record
+            cut = int(starts[kept])
+            data, rest, arr = data[:cut], data[cut:], arr[:cut]
+            rec_start, rec_end, counts = rec_start[:-1], rec_end[:-1], counts[:-1]
+            starts, ends, bad_text = starts[:kept], ends[:kept], bad_text[bad_text < kept]
         # a record holding an undecodable line is bad as a whole
         hit = np.searchsorted(rec_start, bad_text + 1, side="right") - 1
         counts[hit[(hit >= 0) & (rec_end[np.maximum(hit, 0)] >= bad_text + 1)]] = _BAD_TEXT
@@ -266,14 +288,15 @@ def scan_lines(
             _UNCLOSED: "a quoted field is not closed before the end of the file",
         }.get(found) or message(expected or 0, found)
         if rec_end[i] > rec_start[i]:
-            what += f" (a quoted field runs from line {rec_start[i]} to line {rec_end[i]}: a stray '\"'?)"
+            a, b = rec_start[i] + first_line - 1, rec_end[i] + first_line - 1
+            what += f" (a quoted field runs from line {a} to line {b}: a stray '\"'?)"
         return what
 
     if header:
         if rec_start.size == 0 or counts[0] == 0:
-            raise DataError(f"{source}:1: expected a header row, found an empty line")
+            raise DataError(f"{source}:{first_line}: expected a header row, found an empty line")
         if counts[0] < 0:
-            raise DataError(f"{source}:1: bad header row: {explain(0)}")
+            raise DataError(f"{source}:{first_line}: bad header row: {explain(0)}")
         first = data[starts[0] : ends[rec_end[0] - 1]].decode(encoding).rstrip("\r")
         header_fields = next(csv.reader([first], delimiter=sep)) if quoted else first.split(sep)
         if expected is None:
@@ -283,26 +306,28 @@ def scan_lines(
         raise ValueError("scan_lines needs expected or header=True")
 
     bad = counts != expected
+    shift = first_line - 1  # block line index -> source line number
     if bad.any():
         bad_idx = np.flatnonzero(bad)
         if not skip_bad_rows:
             i = bad_idx[0]
+            scope = "in this block" if part else "in all"
             raise DataError(
-                f"{source}:{rec_start[i]}: {explain(i)} ({bad_idx.size} bad row(s) in all; "
+                f"{source}:{rec_start[i] + shift}: {explain(i)} ({bad_idx.size} bad row(s) {scope}; "
                 "skip_bad_rows=True drops them)"
             )
         # every physical line of a bad record is dropped and counted
         span = rec_end[bad_idx] - rec_start[bad_idx] + 1
         dropped = np.repeat(rec_start[bad_idx] - np.cumsum(span) + span, span) + np.arange(int(span.sum()))
-        report.skip(dropped)
+        report.skip(dropped + shift)
         keep = np.ones(ends.size, dtype=bool)
         keep[dropped - 1] = False
         data = drop_lines(data, keep, starts, ends)
-    lines = rec_start[~bad]
-    if lines.size == 0:
+    lines = rec_start[~bad] + shift
+    if lines.size == 0 and not part:
         detail = f" ({int(bad.sum())} bad row(s) skipped)" if bad.any() else ""
         raise DataError(f"{source}: no data rows{detail}")
-    return Lines(data=data, lines=lines.astype(np.int64), header=header_fields)
+    return Lines(data=data, lines=lines.astype(np.int64), header=header_fields, rest=rest)
 
 
 def _quoted_records(text: str, sep: str, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -370,8 +395,11 @@ def parse_table(
 
 
 def _read_arrow_csv(
-    data: bytes, sep: str, names: list[str], header: bool, quoted: bool, encoding: str, keep: list[str]
+    data: bytes, sep: str, names: list[str], header: bool, quoted: bool, encoding: str, keep: list[str],
+    types: dict[str, pa.DataType] | None = None,
 ) -> pa.Table:
+    """pyarrow's CSV reader on ``data``: ``keep`` as strings, or as ``types`` (where only the
+    empty cell is null)."""
     return pacsv.read_csv(
         pa.BufferReader(pa.py_buffer(data)),
         read_options=pacsv.ReadOptions(column_names=names, skip_rows=1 if header else 0, encoding=encoding),
@@ -380,8 +408,8 @@ def _read_arrow_csv(
             newlines_in_values=quoted, ignore_empty_lines=True,
         ),
         convert_options=pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in keep}, include_columns=keep, strings_can_be_null=False,
-            quoted_strings_can_be_null=False,
+            column_types={n: pa.string() for n in keep} | (types or {}), include_columns=keep,
+            strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[""],
         ),
     )
 
@@ -456,6 +484,7 @@ def to_float(
     skip_bad_rows: bool = False,
     integer: bool = False,
     unit: IndexUnit = "line",
+    allow_empty: bool = False,
 ) -> pd.DataFrame:
     """Convert text columns to float64 (NaN = missing); raise on or drop rows with bad numbers.
 
@@ -469,6 +498,8 @@ def to_float(
         skip_bad_rows: drop rows with a bad value instead of raising.
         integer: require whole numbers.
         unit: what the index counts ("line" or "row"), for messages.
+        allow_empty: return an empty frame when every row was dropped (one block of a file
+            read in blocks) instead of raising.
 
     Returns:
         The frame with those columns as float64 (bad rows dropped when skipping).
@@ -501,6 +532,6 @@ def to_float(
         )
     report.skip(frame.index[bad_any].to_numpy())
     out = out[~bad_any]
-    if len(out) == 0:
+    if len(out) == 0 and not allow_empty:
         raise DataError(f"{source}: no data rows left after skipping {int(bad_any.sum())} bad {unit}(s)")
     return out

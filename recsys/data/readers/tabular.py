@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import unicodedata
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data.raw import DataError, IndexUnit, RawData, ReadReport, check_labels, resolve_data_path
-from recsys.data.readers._lines import check_parsed, parse_table, read_bytes, scan_lines, to_float
+from recsys.data.readers._lines import to_float
+from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, parse_block, pool, text_frames
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
 
@@ -27,7 +29,7 @@ _NUMBERS_OR_TEXT = (
 
 
 class TabularReader(Reader):
-    """Reads a CSV/TSV with a header row, or a Parquet file, as the schema file describes.
+    """Reads CSV/TSV files with a header row, or Parquet files, as the schema file describes.
 
     Columns are matched by name (extra columns are ignored): exactly, else after trimming
     whitespace and a byte-order mark and NFC normalisation; a needed column named twice in the
@@ -39,9 +41,14 @@ class TabularReader(Reader):
     frame index is the 1-based line number in the text file (the header is line 1, so data
     starts at 2), or the 1-based row number in a Parquet file. See ``docs/bad-input.md``.
 
+    Several files (each with its own header; gzip and plain may be mixed) are read one after
+    another: :meth:`read` pools their line numbers as ``FrappeReader`` does
+    (``report.notes["files"]``); :meth:`iter_chunks` streams them (text in blocks of lines,
+    Parquet by record batches), each chunk indexed by the lines of its own file.
+
     Args:
-        path: data file (``.csv``, ``.tsv``, ``.parquet``, optionally ``.gz`` for text);
-            a relative path is also looked up under ``$SALIENCE_DATA_DIR``.
+        path: data file (``.csv``, ``.tsv``, ``.parquet``, optionally ``.gz`` for text), or a
+            list of them; a relative path is also looked up under ``$SALIENCE_DATA_DIR``.
         schema: schema file (JSON or YAML, see :meth:`Schema.load`); ``name`` in it names the
             dataset.
         format: ``csv``, ``tsv`` or ``parquet``; None infers it from the file name
@@ -53,7 +60,7 @@ class TabularReader(Reader):
 
     def __init__(
         self,
-        path: str,
+        path: str | list[str],
         schema: str,
         format: str | None = None,  # noqa: A002 - the natural config key
         skip_bad_rows: bool = False,
@@ -70,13 +77,21 @@ class TabularReader(Reader):
         return self.load_schema().name
 
     def data_file(self) -> Path:
-        return resolve_data_path(self.path, self.path)
+        """The (first) data file."""
+        return self.data_files()[0]
+
+    def data_files(self) -> list[Path]:
+        """The data files, in order."""
+        paths = self.path if isinstance(self.path, (list, tuple)) else [self.path]
+        if not paths:
+            raise ValueError("TabularReader: path is an empty list")
+        return [resolve_data_path(p, p) for p in paths]
 
     def schema_file(self) -> Path:
         return resolve_data_path(self.schema, self.schema)
 
     def files(self) -> list[Path]:
-        return [self.data_file(), self.schema_file()]
+        return [*self.data_files(), self.schema_file()]
 
     def load_schema(self) -> Schema:
         """The schema read from the schema file."""
@@ -95,74 +110,117 @@ class TabularReader(Reader):
         return fmt
 
     def read(self) -> RawData:
-        path = self.data_file()
-        if path.is_dir():
-            raise FileNotFoundError(f"TabularReader: path {path} is a folder; name the data file")
+        return pool(self._chunks(None, ()))
+
+    def read_with_columns(self, columns: Sequence[str]) -> RawData:
+        return pool(self._chunks(None, columns))
+
+    def iter_chunks(self, rows: int = DEFAULT_CHUNK_ROWS, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
+        return self._chunks(rows, columns)
+
+    def _chunks(self, rows: int | None, columns: Sequence[str]) -> Iterator[RawData]:
         schema = self.load_schema()
-        source = str(path)
-        report = ReadReport(source=source)
-        fmt = self.resolved_format(path)
-        unit: IndexUnit
-        if fmt == "parquet":
-            frame, unit = self._read_parquet(path, schema), "row"
-        else:
-            frame, unit = self._read_text(path, schema, "\t" if fmt == "tsv" else self.sep, report), "line"
-        frame = to_float(
-            frame, schema.dense_names, source=source, report=report, skip_bad_rows=self.skip_bad_rows, unit=unit
-        )
-        frame[schema.label] = check_labels(frame[schema.label], source, unit)
-        report.rows_read = len(frame)
-        report.notes["format"] = fmt
-        return RawData(frame=frame, schema=schema, report=report)
+        paths = self.data_files()
+        for path in paths:
+            if path.is_dir():
+                raise FileNotFoundError(f"TabularReader: path {path} is a folder; name the data file")
+        for path in paths:
+            source = str(path)
+            report = ReadReport(source=source)
+            fmt = self.resolved_format(path)
+            report.notes["format"] = fmt
+            unit: IndexUnit = "row" if fmt == "parquet" else "line"
+            frames = (
+                self._parquet_frames(path, schema, rows, columns, report) if fmt == "parquet"
+                else self._text_frames(path, schema, "\t" if fmt == "tsv" else self.sep, rows, columns, report)
+            )
+            for frame in frames:
+                frame = to_float(
+                    frame, schema.dense_names, source=source, report=report, skip_bad_rows=self.skip_bad_rows,
+                    unit=unit, allow_empty=rows is not None,
+                )
+                if not len(frame):
+                    continue
+                frame[schema.label] = check_labels(frame[schema.label], source, unit)
+                report.rows_read += len(frame)
+                yield RawData(frame=frame, schema=schema, report=report)
 
     # -- formats ---------------------------------------------------------------------------
     @staticmethod
-    def _needed(schema: Schema) -> list[str]:
-        return [*schema.names, schema.label]
+    def _needed(schema: Schema, columns: Sequence[str] = ()) -> list[str]:
+        needed = [*schema.names, schema.label]
+        return needed + [c for c in columns if c not in needed]
 
-    def _check_columns(self, schema: Schema, available: list[str], source: str) -> None:
-        missing = [c for c in self._needed(schema) if c not in available]
+    def _check_columns(self, schema: Schema, available: list[str], source: str, columns: Sequence[str] = ()) -> None:
+        missing = [c for c in self._needed(schema, columns) if c not in available]
         if missing:
             raise SchemaError(
                 f"{source}: columns {missing} named in schema {self.schema_file()} are not in the data; "
                 f"available columns: {available}"
             )
 
-    def _read_text(self, path: Path, schema: Schema, sep: str, report: ReadReport) -> pd.DataFrame:
+    def _text_frames(
+        self, path: Path, schema: Schema, sep: str, rows: int | None, columns: Sequence[str], report: ReadReport
+    ) -> Iterator[pd.DataFrame]:
         source = str(path)
-        data = read_bytes(path)
-        quoted = b'"' in data
-        scanned = scan_lines(
-            data, source=source, sep=sep, expected=None, header=True, quoted=quoted, report=report,
-            skip_bad_rows=self.skip_bad_rows,
-        )
-        assert scanned.header is not None
-        header = _match_header(scanned.header, self._needed(schema))
-        self._check_columns(schema, header, source)
-        dupes = sorted({c for c in self._needed(schema) if header.count(c) > 1})
-        if dupes:
-            raise SchemaError(f"{source}:1: the header names columns {dupes} more than once; rename them")
-        frame = parse_table(
-            scanned.data, source=source, sep=sep, names=header, header=True, quoted=quoted,
-            include=self._needed(schema),
-        )
-        return check_parsed(frame, scanned.lines, source)
+        needed = self._needed(schema, columns)
+        names: list[str] | None = None
 
-    def _read_parquet(self, path: Path, schema: Schema) -> pd.DataFrame:
+        def on_header(fields: list[str]) -> list[str]:
+            header = _match_header(fields, needed)
+            self._check_columns(schema, header, source, columns)
+            dupes = sorted({c for c in needed if header.count(c) > 1})
+            if dupes:
+                raise SchemaError(f"{source}:1: the header names columns {dupes} more than once; rename them")
+            return header
+
+        def parse(block: bytes, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
+            nonlocal names
+            frame, header, rest = parse_block(
+                block, source=source, sep=sep, names=names, expected=None if names is None else len(names),
+                report=report, skip_bad_rows=self.skip_bad_rows, first_line=first, whole=whole, more=more,
+                quoted=True, include=needed, on_header=on_header,
+            )
+            if header is not None:
+                names = header
+            return frame, rest
+
+        yield from text_frames(path, report, rows, parse)
+
+    def _parquet_frames(
+        self, path: Path, schema: Schema, rows: int | None, columns: Sequence[str], report: ReadReport
+    ) -> Iterator[pd.DataFrame]:
         import pyarrow.parquet as pq
 
         source = str(path)
         try:
-            available = list(pq.read_schema(path).names)
+            file = pq.ParquetFile(path)
+            available = list(file.schema_arrow.names)
         except Exception as e:  # pyarrow raises several types for a non-parquet file
             raise DataError(f"{source}: not a readable Parquet file ({e})") from e
-        self._check_columns(schema, available, source)
-        table = pq.read_table(path, columns=self._needed(schema))
-        if table.num_rows == 0:
+        self._check_columns(schema, available, source, columns)
+        needed = self._needed(schema, columns)
+        report.bytes_total = path.stat().st_size
+        total = file.metadata.num_rows
+        if total == 0:
             raise DataError(f"{source}: the dataset is empty (no data rows)")
+        batches = [file.read(columns=needed)] if rows is None else file.iter_batches(batch_size=rows, columns=needed)
+        start = 0
+        for batch in batches:
+            table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+            frame = self._parquet_frame(table, schema, columns, source, start)
+            start += table.num_rows
+            report.lines = start
+            report.bytes_read = int(report.bytes_total * start / total)
+            yield frame
+
+    def _parquet_frame(self, table: pa.Table, schema: Schema, columns: Sequence[str], source: str, start: int) -> pd.DataFrame:
         cols: dict[str, Any] = {}
-        for name in self._needed(schema):
+        for name in self._needed(schema, columns):
             arr, sparse = table[name], name in schema.sparse_names
+            if name not in schema.names and name != schema.label:  # an extra column: as it is
+                cols[name] = arr.to_pandas()
+                continue
             try:
                 if sparse:
                     cols[name] = _id_strings(arr, schema[name].separator).to_pandas().astype(str)
@@ -173,10 +231,10 @@ class TabularReader(Reader):
                 raise SchemaError(f"{source}: column {name!r} has type {arr.type}; it must hold {what}") from e
             except pa.ArrowInvalid as e:  # binary that is not UTF-8
                 row = _first_bad_utf8(arr)
-                where = f"{source}: row {row}: column {name!r}" if row else f"{source}: column {name!r}"
+                where = f"{source}: row {row + start}: column {name!r}" if row else f"{source}: column {name!r}"
                 raise DataError(f"{where}: cannot be read as text ({e})") from e
         frame = pd.DataFrame(cols)
-        frame.index = pd.RangeIndex(1, len(frame) + 1, name="row")
+        frame.index = pd.RangeIndex(start + 1, start + len(frame) + 1, name="row")
         return frame
 
 

@@ -241,6 +241,32 @@ def test_finalize_merges_a_split_parent_that_already_finished(storage: str, uri:
     assert sorted(_number(r) for r in _children(client, parent.info.run_id)) == [0, 1, 2, 3]
 
 
+def test_finalize_when_another_worker_logs_the_params_first(
+    storage: str, uri: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two workers finalizing at once both see the params missing; the one whose insert collides
+    re-reads them instead of failing (the race CI once hit: UNIQUE constraint on params)."""
+    from mlflow.exceptions import MlflowException
+
+    study = optuna.create_study(study_name="race", storage=storage, sampler=optuna.samplers.RandomSampler(seed=1))
+    tracker = StudyTracker("race", storage=storage, tracking_uri=uri)
+    study.optimize(lambda t: t.suggest_float("x", 0.0, 1.0), n_trials=2, callbacks=[tracker])
+    log_batch = tracker.client.log_batch
+
+    def the_other_worker_wins(run_id: str, metrics=(), params=(), tags=()):  # type: ignore[no-untyped-def]
+        if params and not getattr(the_other_worker_wins, "done", False):
+            the_other_worker_wins.done = True  # type: ignore[attr-defined]
+            log_batch(run_id, params=params)  # the other worker's insert lands first ...
+            raise MlflowException("UNIQUE constraint failed: params.key, params.run_uuid")
+        return log_batch(run_id, metrics=metrics, params=params, tags=tags)
+
+    monkeypatch.setattr(tracker.client, "log_batch", the_other_worker_wins)
+    tracker.finalize(study)
+    parent = MlflowClient(uri).get_run(tracker.parent_run_id)
+    assert parent.data.params["direction"] == "minimize" and parent.info.status == "FINISHED"
+    assert parent.data.metrics["n_trials"] == 2
+
+
 def _worker(storage: str, uri: str, barrier: Barrier, n_trials: int) -> None:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.load_study(study_name="shared", storage=storage, sampler=optuna.samplers.RandomSampler())

@@ -85,6 +85,7 @@ def finish(proc: subprocess.Popen[str], log: Path, timeout: float = 120.0) -> st
     return out
 
 
+@pytest.mark.slow  # a killed process; the resume itself: tests/recsys/train/test_cli.py::test_resume_from_checkpoint_equals_uninterrupted_run
 def test_killed_fit_resumes_to_the_metrics_of_an_uninterrupted_fit(tmp_path: Path, empty_db: Path) -> None:
     run, straight_root = tmp_path / "run", tmp_path / "straight"
     db, client = new_db(empty_db, tmp_path / "mlflow.db")

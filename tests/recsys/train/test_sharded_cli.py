@@ -122,6 +122,7 @@ def test_predict_with_several_processes_is_refused_with_the_way_out(tmp_cwd: Pat
         SalienceCLI(args=["predict", *args[1:]])
 
 
+@pytest.mark.slow  # torchrun through the CLI: test_torchrun_fit_matches_single_process_and_exports (synthetic)
 def test_torchrun_trains_dcnv2_on_frappe(data_dir: Path, tmp_path: Path) -> None:
     """The committed Frappe sharded config, one short epoch over 2 gloo processes."""
     from tests.conftest import require_dataset

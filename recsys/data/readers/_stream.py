@@ -1,0 +1,345 @@
+"""Text files read in blocks of whole lines, each block parsed into a frame indexed by source line.
+
+A file (plain or gzip, detected per file by its magic bytes) is read ``rows`` lines at a time
+(about: a block ends at the last line end within a byte budget estimated from the line length
+seen so far), so memory is bounded by the block size, not the file size. Each block goes
+through the same checks as a whole file (:func:`~recsys.data.readers._lines.scan_lines`,
+:func:`~recsys.data.readers._lines.parse_table`), shifted by the block's first line number,
+so every error and every skipped row names the file and its line in that file.
+
+A clean block (no quote character, no carriage return other than in ``\\r\\n``, valid UTF-8, and
+as many parsed rows as lines) is parsed by pyarrow's CSV reader directly; any other block takes
+the checking path, which finds, names or skips the bad lines exactly as for a whole file.
+
+Quoted CSV records that hold line breaks may cross a block boundary: the open record is carried
+over to the next block (``scan_lines(..., more=True)`` returns it in ``Lines.rest``), so a
+record is never split. A quote left open to the end of the file is still an error.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import zlib
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from recsys.data.raw import DataError, RawData, ReadReport
+from recsys.data.readers._lines import _read_arrow_csv, check_parsed, parse_table, scan_lines
+
+__all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "parse_block", "pool", "check_file_done"]
+
+#: rows per chunk when a caller does not say
+DEFAULT_CHUNK_ROWS = 262_144
+_GZIP_MAGIC = b"\x1f\x8b"
+_PROBE = 1 << 16
+#: smallest block read (bytes); tests lower it to get many blocks from small files
+MIN_BLOCK = 1 << 12
+
+
+class LineBlocks:
+    """The lines of one file in blocks: iterate ``(block, first_line, last)``.
+
+    Args:
+        path: the file (gzip detected by its first two bytes).
+        rows: lines per block (about); None reads the whole file (or its first ``max_lines``
+            lines) as one block.
+        max_lines: stop after this many lines (the rest of the file is never read).
+
+    Attributes:
+        lines: physical lines handed out so far (net of lines given back with :meth:`unread`).
+        bytes_read: bytes of the file (compressed, for gzip) consumed so far.
+        bytes_total: the file's size on disk.
+    """
+
+    def __init__(self, path: Path, rows: int | None, max_lines: int | None = None) -> None:
+        if rows is not None and rows < 1:
+            raise ValueError(f"rows must be >= 1 or None, got {rows}")
+        self.path = Path(path)
+        self.rows = rows
+        self.max_lines = max_lines
+        self.lines = 0
+        self.bytes_read = 0
+        self.bytes_total = self.path.stat().st_size
+        self._carry = b""
+        self._given_back = 0
+        self._text_bytes = 0
+        self._raw: BinaryIO | None = None
+
+    def unread(self, tail: bytes) -> None:
+        """Give back the end of the last block (whole lines); the next block starts with it and
+        holds more lines after it."""
+        self._carry = tail + self._carry
+        self.lines -= tail.count(b"\n")
+        self._given_back = len(tail)
+
+    def _read(self, fh: io.BufferedIOBase, n: int) -> bytes:
+        try:
+            data = fh.read() if n < 0 else fh.read(n)
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
+            raise DataError(f"{self.path}: not a readable gzip file ({e})") from e
+        assert self._raw is not None
+        self.bytes_read = self._raw.tell()
+        self._text_bytes += len(data)
+        return data
+
+    def __iter__(self) -> Iterator[tuple[bytes, int, bool]]:
+        with open(self.path, "rb") as raw:
+            self._raw = raw
+            gz = raw.read(2) == _GZIP_MAGIC
+            raw.seek(0)
+            fh: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
+            try:
+                yield from (self._whole(fh) if self.rows is None else self._blocks(fh, self.rows))
+            finally:
+                if gz:
+                    fh.close()
+
+    def _whole(self, fh: io.BufferedIOBase) -> Iterator[tuple[bytes, int, bool]]:
+        if self.max_lines is None:
+            data = self._read(fh, -1)
+        else:  # read on only until max_lines lines are in
+            parts, seen = [], 0
+            while seen < self.max_lines and (piece := self._read(fh, 1 << 24)):
+                parts.append(piece)
+                seen += piece.count(b"\n")
+            data = _first_lines(b"".join(parts), self.max_lines)
+        self.lines = data.count(b"\n")
+        yield data, 1, True
+
+    def _blocks(self, fh: io.BufferedIOBase, rows: int) -> Iterator[tuple[bytes, int, bool]]:
+        self._carry = self._read(fh, _PROBE)
+        eof = len(self._carry) < _PROBE
+        budget = max(int(rows * len(self._carry) / max(self._carry.count(b"\n"), 1)), MIN_BLOCK)
+        while True:
+            if not eof and len(self._carry) < max(budget, self._given_back + 1):
+                want = max(budget - len(self._carry), MIN_BLOCK)
+                piece = self._read(fh, want)
+                eof = len(piece) < want
+                self._carry += piece
+            buf, floor = self._carry, self._given_back
+            if eof and not buf:
+                return
+            limit = max(budget, floor + 1)
+            if len(buf) > limit:  # end the block at the last line end within the budget
+                cut = buf.rfind(b"\n", floor, limit) + 1 or buf.find(b"\n", limit) + 1
+            else:
+                cut = len(buf) if eof else buf.rfind(b"\n", floor) + 1
+            if cut <= floor:  # no line end past what was given back (or one very long line)
+                if not eof:
+                    budget = 2 * max(budget, len(buf))
+                    continue
+                cut = len(buf)
+            self._given_back = 0
+            block, self._carry = buf[:cut], buf[cut:]
+            last = eof and not self._carry
+            n = block.count(b"\n")
+            if self.max_lines is not None and self.lines + n >= self.max_lines:
+                block = _first_lines(block, self.max_lines - self.lines)
+                n, last = block.count(b"\n"), True
+            first = self.lines + 1
+            self.lines += n
+            yield block, first, last
+            if last:
+                return
+            per_line = (self._text_bytes - len(self._carry)) / max(self.lines, 1)
+            budget = max(int(rows * per_line), MIN_BLOCK)
+
+
+def _first_lines(block: bytes, n: int) -> bytes:
+    """The first ``n`` lines of ``block``."""
+    if n <= 0:
+        return b""
+    ends = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    return block if ends.size < n else block[: int(ends[n - 1]) + 1]
+
+
+def _valid_text(block: bytes, encoding: str) -> bool:
+    if block.isascii():
+        return True
+    try:
+        block.decode(encoding)
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
+def parse_block(
+    block: bytes,
+    *,
+    source: str,
+    sep: str,
+    names: list[str] | None,
+    expected: int | None,
+    report: ReadReport,
+    skip_bad_rows: bool,
+    first_line: int,
+    whole: bool,
+    more: bool,
+    quoted: bool = False,
+    include: list[str] | None = None,
+    message: Callable[[int, int], str] | None = None,
+    encoding: str = "utf-8",
+    on_header: Callable[[list[str]], list[str]] | None = None,
+    types: dict[str, pa.DataType] | None = None,
+) -> tuple[pd.DataFrame | None, list[str] | None, bytes]:
+    """One block of lines as a frame of ``str`` columns indexed by source line number.
+
+    Args:
+        block: whole lines of the file, starting at line ``first_line``.
+        names: column names; None for the block holding the header line (``first_line`` 1).
+        expected: fields per row (None: the header's count).
+        whole: the block is the whole file (the file-level emptiness checks apply here).
+        more: more blocks follow (an open quoted record is handed back, see module doc).
+        quoted: the format allows ``"``-quoted fields (CSV/TSV with a header); a block that
+            holds a ``"`` is then scanned in quoted mode.
+        include: columns to keep (default all).
+        on_header: maps the header fields to the column names to use (and may raise when a
+            needed column is missing); default: the fields as they are.
+        types: Arrow types of columns the clean-block path parses directly (an empty cell is
+            null, any other cell the type rejects sends the block to the checking path, where
+            the column stays text for the caller's own checks and messages).
+
+    Returns:
+        ``(frame or None when the block has no good row, column names from the header (None
+        without a header), rest)`` where ``rest`` are lines to prepend to the next block.
+    """
+    header = names is None
+    in_quotes = quoted and b'"' in block
+    if not header and not in_quotes and _clean(block, encoding):
+        n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
+        assert names is not None
+        try:
+            table = _read_arrow_csv(block, sep, names, False, False, encoding, include or names, types)
+        except (pa.ArrowInvalid, UnicodeDecodeError):
+            table = None
+        if table is not None and table.num_rows == n_lines and n_lines:
+            frame = table.to_pandas()
+            frame.index = pd.Index(np.arange(first_line, first_line + n_lines, dtype=np.int64), name="line")
+            return frame, None, b""
+    scanned = scan_lines(
+        block, source=source, sep=sep, expected=expected, report=report, skip_bad_rows=skip_bad_rows,
+        header=header, quoted=in_quotes, encoding=encoding, message=message, first_line=first_line,
+        part=not whole, more=more and in_quotes,
+    )
+    cols = names
+    if header:
+        assert scanned.header is not None
+        cols = on_header(scanned.header) if on_header is not None else scanned.header
+    assert cols is not None
+    if scanned.lines.size == 0:
+        return None, cols if header else None, scanned.rest
+    frame = parse_table(
+        scanned.data, source=source, sep=sep, names=cols, header=header, quoted=in_quotes, encoding=encoding,
+        include=include,
+    )
+    return check_parsed(frame, scanned.lines, source), cols if header else None, scanned.rest
+
+
+def _clean(block: bytes, encoding: str) -> bool:
+    """No stray carriage return and valid text: pyarrow parses it as the line scan would."""
+    cr = block.count(b"\r")
+    return (cr == 0 or cr == block.count(b"\r\n")) and _valid_text(block, encoding)
+
+
+def check_file_done(report: ReadReport, source: str, nonblank: bool) -> None:
+    """Raise the whole-file errors of a file read in blocks: empty, or no good row."""
+    if not nonblank:
+        raise DataError(f"{source}: the file is empty")
+    if report.rows_read == 0:
+        detail = f" ({report.rows_skipped} bad row(s) skipped)" if report.rows_skipped else ""
+        raise DataError(f"{source}: no data rows{detail}")
+
+
+def pool(chunks: Iterable[RawData]) -> RawData:
+    """Chunks of one or more files (in file order) as one RawData.
+
+    One file: its frame (indexed by line) and its report. Several: the frames one after
+    another with the line index of file ``k`` shifted by the lines of files ``0..k-1`` and a
+    report whose ``notes["files"]`` lists, per file, its path, ``offset``, ``lines``, ``rows``,
+    ``rows_skipped`` and ``skipped_lines`` (see :func:`recsys.data.readers.frappe.locate`).
+    """
+    frames: dict[int, list[pd.DataFrame]] = {}
+    reports: dict[int, ReadReport] = {}
+    schema = None
+    for chunk in chunks:
+        key = id(chunk.report)
+        reports.setdefault(key, chunk.report)
+        frames.setdefault(key, []).append(chunk.frame)
+        schema = chunk.schema
+    if schema is None:
+        raise DataError("no data rows")
+    parts = [(reports[k], pd.concat(v) if len(v) > 1 else v[0]) for k, v in frames.items()]
+    if len(parts) == 1:
+        report, frame = parts[0]
+        return RawData(frame, schema, report)
+    merged = merge_reports([r for r, _ in parts])
+    offsets = {f["file"]: f["offset"] for f in merged.notes["files"]}
+    shifted = []
+    for report, frame in parts:
+        frame = frame.copy(deep=False)
+        frame.index = pd.Index(frame.index.to_numpy() + offsets[report.source], name=frame.index.name)
+        shifted.append(frame)
+    return RawData(pd.concat(shifted), schema, merged)
+
+
+def merge_reports(reports: list[ReadReport]) -> ReadReport:
+    """The reports of several files as one, lines pooled as in :func:`pool`."""
+    if len(reports) == 1:
+        return reports[0]
+    paths = [Path(r.source) for r in reports]
+    parent = {p.parent for p in paths}
+    out = ReadReport(source=str(paths[0].parent) if len(parent) == 1 else ", ".join(map(str, paths)))
+    files: list[dict[str, Any]] = []
+    offset = 0
+    for r in reports:
+        out.skip([x + offset for x in r.skipped_lines])
+        out.rows_skipped += r.rows_skipped - len(r.skipped_lines)  # beyond the first 1000
+        out.rows_read += r.rows_read
+        files.append(
+            {"file": r.source, "offset": offset, "lines": r.lines, "rows": r.rows_read,
+             "rows_skipped": r.rows_skipped, "skipped_lines": r.skipped_lines[:50]}
+        )
+        offset += r.lines
+    out.notes = {k: v for k, v in reports[0].notes.items() if all(x.notes.get(k) == v for x in reports)}
+    out.notes["files"] = files
+    return out
+
+
+#: ``parse(block, first_line, whole, more) -> (frame or None, rest)``: one block of a text file
+BlockParser = Callable[[bytes, int, bool, bool], tuple[pd.DataFrame | None, bytes]]
+
+
+def text_frames(
+    path: Path, report: ReadReport, rows: int | None, parse: BlockParser, max_lines: int | None = None
+) -> Iterator[pd.DataFrame]:
+    """The frames of one text file read in blocks (see :class:`LineBlocks`), parsed by ``parse``.
+
+    The caller post-processes each frame (numbers, labels) and adds its rows to
+    ``report.rows_read`` before asking for the next; after the last block the whole-file errors
+    (an empty file, no good row) are raised here. ``report.lines``/``bytes_read``/``bytes_total``
+    follow the reading.
+    """
+    blocks = LineBlocks(path, rows, max_lines)
+    report.bytes_total = blocks.bytes_total
+    whole = rows is None
+    nonblank = False
+    for block, first, last in blocks:
+        nonblank = nonblank or not (block.isspace() or not block)
+        if not nonblank:  # only blank lines so far: decide once a line with content (or the end) comes
+            if last:
+                raise DataError(f"{path}: the file is empty")
+            blocks.unread(block)
+            continue
+        frame, rest = parse(block, first, whole, not last)
+        if rest:
+            blocks.unread(rest)
+        report.lines, report.bytes_read = blocks.lines, blocks.bytes_read
+        if frame is not None and len(frame):
+            yield frame
+    check_file_done(report, str(path), nonblank)

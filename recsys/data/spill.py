@@ -1,0 +1,151 @@
+"""Pass 1's compact copy of each chunk, so pass 2 encodes without parsing the raw text again.
+
+While pass 1 of :func:`~recsys.data.prepare_stream.prepare_shards` counts vocabularies, it
+dictionary-encodes every sparse column of the chunk anyway; :func:`spill_chunk` keeps that
+encoding (int32 indices into the chunk's own distinct tokens, and those tokens as byte keys),
+hashed features' final ids, the dense values as parsed (float64) and the labels. Pass 2 maps
+each chunk's distinct tokens to vocabulary ids (:meth:`ChunkEncoder.assemble`) in time
+proportional to the distinct tokens, not the rows. The spill is deleted when the shards are
+written (or the preparation fails). On disk it takes about 4 bytes per sparse cell, 8 per dense
+cell and the chunk dictionaries.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+
+from recsys.data.encoders import EncodedData, hash_ids
+from recsys.data.schema import FeatureKind, Schema
+from recsys.data.stream import ChunkEncoder, StreamingFit, column_tokens, dictionary_tokens
+
+__all__ = ["SpillFolder", "SpilledChunk", "spill_chunk"]
+
+
+@dataclass
+class SpilledChunk:
+    """One chunk after pass 1.
+
+    Attributes:
+        codes: split code per row (int8: 0 train, 1 val, 2 test).
+        labels: float32 (N,).
+        dense: per dense feature the parsed values (float64, N; NaN = missing).
+        indices: per vocabulary feature, int32 per token into ``keys`` (multi-categorical:
+            ``sum(lengths)`` tokens).
+        keys: per vocabulary feature, the chunk's distinct tokens as byte keys.
+        ids: per hashed feature, the final ids (int64).
+        lengths: per sparse feature, tokens per row (int32, N).
+    """
+
+    codes: np.ndarray
+    labels: np.ndarray
+    dense: dict[str, np.ndarray]
+    indices: dict[str, np.ndarray]
+    keys: dict[str, np.ndarray]
+    ids: dict[str, np.ndarray]
+    lengths: dict[str, np.ndarray]
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def save(self, path: Path) -> None:
+        arrays: dict[str, np.ndarray] = {"codes": self.codes, "labels": self.labels}
+        names: dict[str, list[str]] = {}
+        for kind in ("dense", "indices", "keys", "ids", "lengths"):
+            group: dict[str, np.ndarray] = getattr(self, kind)
+            names[kind] = list(group)
+            for i, arr in enumerate(group.values()):
+                arrays[f"{kind}{i}"] = arr
+        arrays["names"] = np.frombuffer(json.dumps(names).encode(), dtype=np.uint8)
+        from recsys.io import atomic_path
+
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, **arrays)  # type: ignore[arg-type]
+
+    @classmethod
+    def load(cls, path: Path) -> SpilledChunk:
+        with np.load(path, allow_pickle=False) as z:
+            names = json.loads(z["names"].tobytes().decode())
+            groups = {kind: {n: z[f"{kind}{i}"] for i, n in enumerate(names[kind])} for kind in names}
+            return cls(z["codes"], z["labels"], **groups)
+
+
+def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: StreamingFit | None) -> SpilledChunk:
+    """Dictionary-encode one chunk's columns and, when ``fit`` is given, count its training rows
+    (``codes == 0``) into ``fit`` (what ``fit.update(frame, train_rows)`` counts)."""
+    train = codes == 0
+    rows = np.flatnonzero(train)
+    indices, keys, ids, lengths = {}, {}, {}, {}
+    for spec in schema.sparse:
+        tokens, lens = column_tokens(spec, frame[spec.name])
+        lengths[spec.name] = lens
+        if spec.hash_size is not None:
+            enc = pc.dictionary_encode(tokens)
+            uniq = enc.dictionary.to_numpy(zero_copy_only=False).astype(object)
+            mapping = hash_ids(uniq, spec.hash_size) if len(uniq) else np.zeros(0, np.int64)
+            ids[spec.name] = mapping[enc.indices.to_numpy(zero_copy_only=False)]
+            continue
+        idx, k = dictionary_tokens(tokens)
+        indices[spec.name], keys[spec.name] = idx, k
+        if fit is not None and len(rows):
+            train_idx = idx[train] if spec.kind is not FeatureKind.MULTI_CATEGORICAL else idx[np.repeat(train, lens)]
+            counts = np.bincount(train_idx, minlength=len(k))
+            seen = counts > 0
+            fit.counts[spec.name].add_keys(k[seen], counts[seen])
+    dense = {spec.name: pd.to_numeric(frame[spec.name], errors="coerce").to_numpy(dtype=np.float64) for spec in schema.dense}
+    if fit is not None and len(rows):
+        fit.rows += len(rows)
+        for spec in schema.dense:
+            fit.add_dense(spec, dense[spec.name][rows])
+    labels = frame[schema.label].to_numpy(dtype=np.float32)
+    return SpilledChunk(codes.astype(np.int8), labels, dense, indices, keys, ids, lengths)
+
+
+def encode_spilled(encoder: ChunkEncoder, chunk: SpilledChunk, parts: dict[Any, np.ndarray]) -> dict[Any, EncodedData]:
+    """Pass 2: the EncodedData of each part of a spilled chunk (equal to encoding the raw chunk)."""
+    sparse = {}
+    for spec in encoder.schema.sparse:
+        name = spec.name
+        if name in chunk.ids:
+            sparse[name] = (chunk.ids[name].astype(np.int64, copy=False), chunk.lengths[name])
+        else:
+            mapping = encoder.lookup(name).map_keys(chunk.keys[name])
+            sparse[name] = (mapping[chunk.indices[name]], chunk.lengths[name])
+    return encoder.assemble(sparse, chunk.dense, chunk.labels, parts)
+
+
+class SpillFolder:
+    """Numbered spilled chunks in a folder that is removed on :meth:`close` (or exit)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        self.count = 0
+
+    def write(self, chunk: SpilledChunk) -> None:
+        chunk.save(self.folder / f"{self.count:06d}.npz")
+        self.count += 1
+
+    def __iter__(self) -> Iterator[SpilledChunk]:
+        for i in range(self.count):
+            yield SpilledChunk.load(self.folder / f"{i:06d}.npz")
+
+    def close(self) -> None:
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def __enter__(self) -> SpillFolder:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
