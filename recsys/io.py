@@ -3,6 +3,7 @@ half-written artifact that a later stage would read."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_json",
     "atomic_write_text",
+    "file_sha256",
     "read_marked_json",
 ]
 
@@ -120,3 +122,12 @@ def read_marked_json(folder: str | Path, name: str, expected_format: str, what: 
     if info.get("format") != expected_format:
         raise ValueError(f"{path}: format {info.get('format')!r} is not {expected_format!r}")
     return info
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()

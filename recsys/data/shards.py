@@ -28,7 +28,6 @@ Example::
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
@@ -41,25 +40,17 @@ import numpy as np
 
 from recsys.artifacts import check_format_version, read_artifact, write_artifact
 from recsys.data.encoders import EncodedData, EncodeStats, Preprocessor
+from recsys.io import file_sha256
 
 __all__ = ["MANIFEST", "ShardError", "ShardInfo", "ShardSet", "ShardWriter", "SplitShards", "concat_encoded"]
 
 MANIFEST = "manifest.json"
 FORMAT = "salience-shards"
 FORMAT_VERSION = 1
-_HASH_BLOCK = 1 << 22
 
 
 class ShardError(ValueError):
     """A shard set that cannot be trusted: a missing, truncated or changed shard, or no manifest."""
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while block := fh.read(_HASH_BLOCK):
-            h.update(block)
-    return h.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -80,7 +71,7 @@ class ShardInfo:
         size = path.stat().st_size
         if size != self.bytes:
             raise ShardError(f"{path}: shard has {size} bytes, the manifest recorded {self.bytes} (truncated or replaced)")
-        if checksum and _sha256(path) != self.sha256:
+        if checksum and file_sha256(path) != self.sha256:
             raise ShardError(f"{path}: shard content changed since it was written (SHA-256 differs)")
 
 
@@ -222,7 +213,7 @@ class ShardWriter:
         rel = f"{split}/{len(shards):05d}.npz"
         path = self.tmp / rel
         data.save(path)
-        shards.append(ShardInfo(rel, len(data), path.stat().st_size, _sha256(path)))
+        shards.append(ShardInfo(rel, len(data), path.stat().st_size, file_sha256(path)))
 
     def finish(self, preprocessor: Preprocessor, summary: Mapping[str, Any] | None = None) -> ShardSet:
         """Flush the partial shards, write the preprocessor and the manifest, and move the set

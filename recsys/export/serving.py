@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import hashlib
 import json
 import shutil
 from collections.abc import Iterator
@@ -35,7 +34,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.artifacts import export_header
 from recsys.data.encoders import Preprocessor
-from recsys.io import atomic_dir, read_marked_json
+from recsys.io import atomic_dir, file_sha256, read_marked_json
 from recsys.data.batching import random_batch
 from recsys.data.schema import Schema
 from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch
@@ -345,14 +344,6 @@ def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: 
     }
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def export_model(
     model: nn.Module,
     preprocessor: Preprocessor,
@@ -411,7 +402,7 @@ def export_model(
         (tmp / SCHEMA_FILE).write_text(info_text, encoding="utf-8")
         shutil.copyfile(Path(__file__).with_name("_loader_template.py"), tmp / LOADER_FILE)
         (tmp / "MANIFEST.json").write_text(
-            json.dumps({f: _sha256(tmp / f) for f in (MODEL_FILE, SCHEMA_FILE, LOADER_FILE)}, indent=1) + "\n"
+            json.dumps({f: file_sha256(tmp / f) for f in (MODEL_FILE, SCHEMA_FILE, LOADER_FILE)}, indent=1) + "\n"
         )
     return ExportResult(
         output_dir=output_dir,
