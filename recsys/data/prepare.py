@@ -104,14 +104,11 @@ def apply_options(
     raw: RawData, features: list[str] | None, drop_features: list[str] | None, embedding_dim: int | None
 ) -> RawData:
     """``raw`` with only ``features``, without ``drop_features``, every embedding ``embedding_dim`` wide."""
-    if features:
-        raw = raw.select(features)
-    if drop_features:
-        raw.schema.check_columns(drop_features, what="drop_features")
-        raw = raw.select([n for n in raw.schema.names if n not in set(drop_features)])
-    if embedding_dim is not None:
-        raw = RawData(raw.frame, raw.schema.with_uniform_dim(embedding_dim), raw.report)
-    return raw
+    if not features and not drop_features and embedding_dim is None:
+        return raw
+    schema = raw.schema.view(features, drop_features, embedding_dim)
+    frame = raw.frame[[*schema.names, schema.label]] if features or drop_features else raw.frame
+    return RawData(frame, schema, raw.report)
 
 
 def prepare_data(

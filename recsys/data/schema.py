@@ -205,6 +205,22 @@ class Schema:
         gone = set(names)
         return replace(self, features=tuple(f for f in self.features if f.name not in gone))
 
+    def view(
+        self, features: list[str] | None = None, drop_features: list[str] | None = None, embedding_dim: int | None = None
+    ) -> Schema:
+        """The schema of a data config's feature options: only ``features`` (this schema's
+        order), without ``drop_features``, every sparse embedding ``embedding_dim`` wide.
+        Unknown names raise a ``SchemaError`` naming the option."""
+        schema = self
+        if features:
+            schema = schema.select(features)
+        if drop_features:
+            schema.check_columns(drop_features, what="drop_features")
+            schema = schema.drop(drop_features)
+        if embedding_dim is not None:
+            schema = schema.with_uniform_dim(embedding_dim)
+        return schema
+
     def with_dims(self, dims: Mapping[str, int]) -> Schema:
         """A copy with per-feature embedding dims replaced."""
         self.check_columns(dims, what="embedding dims")

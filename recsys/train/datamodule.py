@@ -303,13 +303,7 @@ def restrict_preprocessor(
     order), without ``drop_features``, every sparse dim set to ``embedding_dim``; the encoders
     ``prepare_data`` fits with the same options (each feature's encoder depends on its own column
     only). Raises ``SchemaError`` naming an unknown feature."""
-    schema = pre.schema
-    if features:
-        schema = schema.select(features)
-    if drop_features:
-        schema = schema.drop(drop_features)
-    if embedding_dim is not None:
-        schema = schema.with_uniform_dim(embedding_dim)
+    schema = pre.schema.view(features, drop_features, embedding_dim)
     if schema == pre.schema:
         return pre
     names = set(schema.names)
