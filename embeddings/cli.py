@@ -270,8 +270,8 @@ def _routes(search: Any) -> TypeGuard[IHAS]:
 
 
 def evaluate_logits(model: Any, data: Any, batch_size: int = 4096) -> dict[str, float]:
-    """``auc`` and ``logloss`` of a ``forward(dense, kjt) -> logits`` module on encoded data
-    (:func:`recsys.train.evaluation.evaluate`)."""
+    """``auc`` and ``logloss`` of a ``forward(dense, kjt) -> logits`` module on encoded data, in
+    memory or a streamed view of its shards (:func:`recsys.train.evaluation.evaluate`)."""
     from recsys.train.evaluation import evaluate
 
     return evaluate(model, data, batch_size)
@@ -290,8 +290,8 @@ def _retrain_routed(
     start = time.perf_counter()
     routed = search.retrain(recipe, plan, gate_model)
     seconds = time.perf_counter() - start
-    splits = recipe.datamodule.prepared.splits
-    test, val = evaluate_logits(routed, splits["test"]), evaluate_logits(routed, splits["val"])
+    dm = recipe.datamodule  # the splits in memory, or streamed shard by shard
+    test, val = evaluate_logits(routed, dm.split_data("test")), evaluate_logits(routed, dm.split_data("val"))
     params = sum(int(m.embedding_parameters()) for m in routed.models)
     schema = recipe.schema
     if params != plan.num_parameters(schema):

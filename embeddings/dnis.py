@@ -36,6 +36,10 @@ Both phases are Lightning fits (:func:`recsys.train.manual.fit_split`, manual op
 the second is :class:`DNISSearchTask`): epoch ``e`` of a phase walks the training split in the
 seeded order of epoch ``e`` (the search's epochs numbered after the warm start's), and
 ``max_steps`` caps the training batches of each phase.
+On a streaming data module (``data.streaming``/``data.shards``) both splits are read from their
+shards (:mod:`recsys.data.split_stream`, memory bounded by a few shards): training in the streamed
+seeded order, the alpha steps' validation batches cycled from a streamed shuffle, every
+validation AUC shard by shard.
 
 Deviations, stated: an epoch is one pass over the *training* split with validation batches
 cycled (the reference zips the loaders and stops at the shorter); the epoch counts are fixed
@@ -77,8 +81,8 @@ from recsys.config import optimizer_lr
 from recsys.train.manual import ManualTask, bce_loss, fit_split
 
 if TYPE_CHECKING:
-    from recsys.data.encoders import EncodedData
     from recsys.data.schema import Schema
+    from recsys.data.split_stream import SplitData
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
     from recsys.models.base import RankingModel, SparseArch
@@ -388,7 +392,7 @@ class DNIS(DimensionSearch):
         if budget is not None:
             budget = check_budget(schema, budget)
         model_cfg = dict(recipe.config.get("model") or {})
-        train, val = dm.prepared.splits.get("train"), dm.prepared.splits.get("val")
+        train, val = dm.split_data("train"), dm.split_data("val")  # streamed views when streaming
         if train is None or val is None:
             raise ValueError("DNIS needs non-empty train and val splits (data.split)")
         batch_size = int(self.batch_size or dm.batch_size)
@@ -436,7 +440,7 @@ class DNIS(DimensionSearch):
         model: RankingModel,
         masks: dict[str, BlockMask],
         schema: Schema,
-        val: EncodedData,
+        val: SplitData,
         eval_batch: int,
         budget: int | None,
         warm_auc: float,
@@ -552,11 +556,12 @@ def replan(plan: DimensionPlan, budget: int) -> DimensionPlan:
                     {**plan.config, "budget": int(budget)}, dict(plan.extras))
 
 
-def _cycle(data: EncodedData, batch_size: int, seed: int) -> Iterator[Any]:
-    """Shuffled batches of ``data`` without end (epochs 10000, 10001, ... of the seeded order)."""
-    from recsys.data.batching import BatchDataset
+def _cycle(data: SplitData, batch_size: int, seed: int) -> Iterator[Any]:
+    """Shuffled batches of ``data`` without end (epochs 10000, 10001, ... of the seeded order;
+    streamed shard by shard for a view of the shards)."""
+    from recsys.data.split_stream import batch_dataset
 
-    ds = BatchDataset(data, batch_size, shuffle=True, seed=seed)
+    ds = batch_dataset(data, batch_size, shuffle=True, seed=seed)
     epoch = 0
     while True:
         ds.set_epoch(10_000 + epoch)
@@ -564,7 +569,7 @@ def _cycle(data: EncodedData, batch_size: int, seed: int) -> Iterator[Any]:
         epoch += 1
 
 
-def _evaluate(model: nn.Module, data: EncodedData, batch_size: int) -> float:
+def _evaluate(model: nn.Module, data: SplitData, batch_size: int) -> float:
     """Validation AUC of ``model`` on ``data`` (eval mode, no gradients)."""
     from recsys.train.evaluation import evaluate
 

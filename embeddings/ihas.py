@@ -1,6 +1,6 @@
 """iHAS: instance-wise Hierarchical Architecture Search (methods.md section 4).
 
-Three stages over the recipe's prepared splits; the training ones are Lightning fits with manual
+Three stages over the recipe's splits (in memory or streamed from shards, see :class:`IHAS`); the training ones are Lightning fits with manual
 optimisation (:func:`recsys.train.manual.fit_split`, as :mod:`embeddings.dnis`):
 
 1. **Search.** An :class:`IHASGate` at the seam gives every instance ``i`` and sparse field
@@ -98,6 +98,7 @@ from recsys.train.manual import ManualTask, bce_loss, fit_split
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
     from recsys.data.schema import Schema
+    from recsys.data.split_stream import SplitData
     from recsys.models.base import RankingModel
     from recsys.train.recipe import Recipe
 
@@ -113,6 +114,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+#: training rows whose gates a streamed split clusters when ``IHAS.cluster_rows`` is None
+STREAM_CLUSTER_ROWS = 200_000
 
 
 @unique
@@ -416,6 +420,15 @@ class IHAS(DimensionSearch):
         batch_size: rows per batch (default: the recipe's ``data.batch_size``).
         max_steps: cap on the steps of the search (and of each retraining); for tests.
         seed: seeds initialisation, batch order, gate sampling and K-means.
+        cluster_rows: cluster the gates of a seeded uniform sample of at most this many
+            training rows (:func:`~recsys.data.split_stream.sample_rows`; the masks are
+            N x sum D_f floats). None: every row of a split in memory, and
+            :data:`STREAM_CLUSTER_ROWS` rows of a streamed one.
+
+    On a streaming data module (``data.streaming``/``data.shards``) nothing loads a whole split:
+    the search trains in the streamed seeded order, the validation AUCs are computed shard by
+    shard, the clustering sees the sample above, and :meth:`retrain` routes the training
+    shards once (one int per row) and trains each cluster model on a streamed view of its rows.
     """
 
     name: ClassVar[str] = "ihas"
@@ -434,6 +447,7 @@ class IHAS(DimensionSearch):
     batch_size: int | None = None
     max_steps: int | None = None
     seed: int = 0
+    cluster_rows: int | None = None
 
     def __post_init__(self) -> None:
         self.sampling = GateSampling(self.sampling).value
@@ -493,11 +507,21 @@ class IHAS(DimensionSearch):
         searched_auc = _evaluate(model, val, 4 * batch_size)
         torch.manual_seed(self.seed)
         stochastic_auc = _evaluate(model, val, 4 * batch_size, train_mode=True)
-        masks, probs = _gate_outputs(model, gate, train, 4 * batch_size)
+        masks, probs = _gate_outputs(model, gate, self._cluster_sample(train), 4 * batch_size)
         plan = self._derive(schema, gate, masks, probs, budget, searched_auc, stochastic_auc, start)
         return plan, model
 
-    def _setup(self, recipe: Recipe) -> tuple[Schema, EncodedData, EncodedData, int, dict[str, Any]]:
+    def _cluster_sample(self, train: SplitData) -> EncodedData:
+        """The training rows whose gates are clustered (see ``cluster_rows``)."""
+        from recsys.data.split_stream import SplitView, sample_rows
+
+        cap = self.cluster_rows if self.cluster_rows is not None else (
+            STREAM_CLUSTER_ROWS if isinstance(train, SplitView) else len(train))
+        if cap < len(train):
+            log.info("iHAS clusters the gates of %d sampled training rows of %d", cap, len(train))
+        return sample_rows(train, max(int(cap), 1), seed=self.seed)
+
+    def _setup(self, recipe: Recipe) -> tuple[Schema, SplitData, SplitData, int, dict[str, Any]]:
         from recsys.data.schema import Schema
 
         dm = recipe.datamodule
@@ -506,7 +530,7 @@ class IHAS(DimensionSearch):
             raise DimensionPlanError("the recipe has no sparse feature: there is nothing to search dims for")
         if self.width is not None:
             schema = schema.with_uniform_dim(int(self.width))
-        train, val = dm.prepared.splits.get("train"), dm.prepared.splits.get("val")
+        train, val = dm.split_data("train"), dm.split_data("val")  # streamed views when streaming
         if train is None or val is None:
             raise ValueError("iHAS needs non-empty train and val splits (data.split)")
         return schema, train, val, int(self.batch_size or dm.batch_size), dict(recipe.config.get("model") or {})
@@ -625,18 +649,28 @@ class IHAS(DimensionSearch):
         from recsys.models.base import EmbeddingKernel, SparseArchConfig
         from recsys.models.backbone import build_backbone
 
+        from recsys.data.split_stream import SplitView
+
         schema, train, _, batch_size, model_cfg = self._setup(recipe)
         router = self.router(plan, gate_model)
-        assigned = _route(router, train, 4 * batch_size)
+        if isinstance(train, SplitView):  # route shard by shard; train on a streamed view per cluster
+            per_shard = [_route(router, train.load(i), 4 * batch_size) if n else np.zeros(0, dtype=np.int64)
+                         for i, n in enumerate(train.shard_rows())]
+        else:
+            assigned = _route(router, train, 4 * batch_size)
         models = []
         for c in sorted(plan.clusters):
-            rows = np.flatnonzero(assigned == c)
-            if len(rows) == 0:
+            part: SplitData
+            if isinstance(train, SplitView):
+                part = train.subset([np.flatnonzero(a == c) for a in per_shard])
+            else:
+                part = train.take(np.flatnonzero(assigned == c))
+            if len(part) == 0:
                 raise DimensionPlanError(f"cluster {c} gets no training row under the router: search again or use fewer clusters")
             torch.manual_seed(self.seed + 1 + c)
             model = build_backbone(model_cfg.get("backbone"), plan.apply_cluster(schema, c), SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
             task = ManualTask(model, [torch.optim.Adam(model.parameters(), lr=optimizer_lr(model_cfg))])
-            fit_split(task, train.take(rows), batch_size=batch_size, epochs=self.retrain_epochs, seed=self.seed + c,
+            fit_split(task, part, batch_size=batch_size, epochs=self.retrain_epochs, seed=self.seed + c,
                       max_batches=self.max_steps, quiet=recipe.quiet, root_dir=recipe.workdir)
             models.append(model.eval())
         return IHASRoutedModel(router, models).eval()
@@ -659,7 +693,7 @@ def compare_sampling(recipe: Recipe, **options: Any) -> dict[str, dict[str, Any]
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _evaluate(model: nn.Module, data: EncodedData, batch_size: int, train_mode: bool = False) -> float:
+def _evaluate(model: nn.Module, data: SplitData, batch_size: int, train_mode: bool = False) -> float:
     """AUC of ``model`` on ``data`` without gradients (``train_mode``: sampled gates)."""
     from recsys.train.evaluation import evaluate
 

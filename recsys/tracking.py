@@ -359,14 +359,17 @@ class MlflowTracking(Callback):
         schema = pl_module.hparams.get("schema")
         if schema is not None:
             self.tracker.log_dict(schema, "schema.json")
-        prepared = getattr(dm, "prepared", None)
-        if prepared is not None:
-            self.tracker.log_dict(prepared.summary, "data_summary.json")
-            summary = prepared.summary
+        # the preparation's summary (a streaming data module's comes from its shard set: reading
+        # ``prepared`` there would load the whole splits)
+        summary = getattr(dm, "summary", None) if hasattr(type(dm), "prepared") else None
+        if summary:
+            self.tracker.log_dict(summary, "data_summary.json")
+            read = summary["read"]
+            parts = [read] if "rows_read" in read else list(read.values())  # a files split: per split
             self.tracker.log_params(
                 {
-                    "data.rows_read": summary["read"]["rows_read"],
-                    "data.rows_skipped": summary["read"]["rows_skipped"],
+                    "data.rows_read": sum(r["rows_read"] for r in parts),
+                    "data.rows_skipped": sum(r["rows_skipped"] for r in parts),
                     **{f"data.{k}": v for k, v in summary["split"].items()},
                 }
             )

@@ -4,6 +4,13 @@
     salience select --config experiments/configs/frappe_dcnv2.yaml --method leap --k 2,4,6,8
     salience quality --config experiments/configs/criteo_dcnv2.yaml
     salience quality path/to/train.csv --label clicked
+    salience quality train.txt --sketch-threshold 1000000 --sample 0.1
+    salience rank --method outrank train.txt
+
+Raw files (``quality FILE...``, ``rank --method outrank FILE...``) are read in chunks of
+``--chunk-rows`` rows with bounded memory (:mod:`selection.quality_stream`,
+:mod:`selection.outrank_stream`); ``--in-memory`` reads them whole as before. A ``--config``
+reads its training split in memory.
 
 Arguments after ``--`` are passed to every ``salience fit`` the command runs
 (e.g. ``-- --trainer.max_epochs=5``). Method settings go through ``--option key=value``.
@@ -25,15 +32,55 @@ __all__ = ["quality_main", "rank_main", "select_main"]
 log = logging.getLogger(__name__)
 
 
-def _method_args(parser: argparse.ArgumentParser) -> None:
+def _method_args(parser: argparse.ArgumentParser, config_required: bool = True) -> None:
     from selection.base import method_names
 
-    parser.add_argument("--config", required=True, help="a `salience fit` config (data + backbone + trainer)")
+    parser.add_argument("--config", required=config_required, help="a `salience fit` config (data + backbone + trainer)")
     parser.add_argument("--method", required=True, choices=[m for m in method_names() if m != "random"],
                         help="importance method")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="method setting, e.g. --option penalty=0.01 (repeatable)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+
+
+def _file_args(parser: argparse.ArgumentParser) -> None:
+    """Options of raw data files read in chunks."""
+    parser.add_argument("--format", default=None, choices=["csv", "tsv", "parquet", "criteo", "frappe"],
+                        help="file format (default: from the extension)")
+    parser.add_argument("--label", default="label", help="label column of CSV/TSV/Parquet files")
+    parser.add_argument("--schema", default=None, help="schema file of CSV/TSV/Parquet files (default: every column categorical)")
+    parser.add_argument("--chunk-rows", type=int, default=262_144, metavar="N",
+                        help="rows read at a time from raw files (memory per chunk; default 262144)")
+    parser.add_argument("--sample", type=float, default=None, metavar="FRACTION",
+                        help="keep each row with this probability (seeded; default: every row)")
+    parser.add_argument("--sample-rows", type=int, default=None, metavar="N",
+                        help="read at most N rows (after --sample)")
+    parser.add_argument("--sample-seed", type=int, default=0, help="seed of --sample")
+    parser.add_argument("--edge-sample", type=int, default=1_000_000, metavar="N",
+                        help="rows of the seeded sample OutRank's dense bin edges come from (exact below this)")
+    parser.add_argument("--in-memory", action="store_true", help="read each file whole instead of in chunks")
+    parser.add_argument("--no-progress", action="store_true", help="do not show rows and rows/s")
+
+
+def _sources(args: argparse.Namespace) -> list[tuple[str, Any, dict[str, Any]]]:
+    """``(path, chunk source, notes)`` per data file of ``args``."""
+    from selection.outrank_stream import row_sample
+    from selection.rawfiles import raw_chunk_source
+
+    if args.chunk_rows < 1:
+        raise SystemExit(f"--chunk-rows must be >= 1, got {args.chunk_rows}")
+    notes = {"chunk_rows": args.chunk_rows}
+    if args.sample is not None or args.sample_rows is not None:
+        notes["sample"] = {"fraction": args.sample, "max_rows": args.sample_rows, "seed": args.sample_seed}
+    out = []
+    for path in args.data:
+        src = raw_chunk_source(path, args.format, args.label, args.schema, args.chunk_rows)
+        try:
+            src = row_sample(src, args.sample, args.sample_rows, args.sample_seed)
+        except ValueError as e:
+            raise SystemExit(f"--sample: {e}") from None
+        out.append((path, src, notes))
+    return out
 
 
 def _build(args: argparse.Namespace, overrides: list[str], workdir: Path) -> tuple[Any, Any]:
@@ -57,13 +104,22 @@ def _tracker(recipe: Any, run_name: str, enabled: bool) -> Any:
 
 
 def rank_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="salience rank", description="Rank the features of a training config.")
-    _method_args(parser)
+    parser = argparse.ArgumentParser(
+        prog="salience rank",
+        description="Rank the features of a training config, or (--method outrank) of raw data files read in chunks.",
+    )
+    parser.add_argument("data", nargs="*", help="raw data files ranked by OutRank in bounded memory (instead of --config)")
+    _method_args(parser, config_required=False)
+    _file_args(parser)
     parser.add_argument("--output", default=None, help="report JSON (default: runs/rank/<dataset>-<method>.json)")
     parser.add_argument("--top", type=int, default=None, help="print only the top N rows")
     own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
+    if bool(args.data) == bool(args.config):
+        parser.error("give either --config or data files")
+    if args.data:
+        return _rank_files(args)
     method, recipe = _build(args, overrides, Path("runs") / "rank" / "fits")
     tracker = _tracker(recipe, f"rank-{args.method}", not args.no_tracking)
     recipe.parent_run_id = tracker.run_id if tracker is not None else None
@@ -75,6 +131,38 @@ def rank_main(argv: Sequence[str]) -> int:
             report.to_mlflow(tracker)
     print(report.format(args.top))
     print(f"\nreport: {out}" + (f"   MLflow run: {tracker.run_id}" if tracker is not None else ""))
+    return 0
+
+
+def _rank_files(args: argparse.Namespace) -> int:
+    """``salience rank --method outrank FILE...``: each file ranked in chunks (no MLflow run)."""
+    from selection.base import get_method
+    from selection.outrank import OutRank
+    from selection.outrank_stream import rank_stream
+    from selection.rawfiles import read_raw_file
+
+    if args.method != "outrank":
+        raise SystemExit(f"--method {args.method}: only outrank ranks raw data files; other methods train, give --config")
+    try:
+        method = get_method("outrank", **parse_options(args.option))
+    except TypeError as e:
+        raise SystemExit(f"--option: {e}") from None
+    assert isinstance(method, OutRank)
+    for path, source, notes in _sources(args):
+        if args.in_memory:
+            if "sample" in notes:
+                raise SystemExit("--sample/--sample-rows need the streaming reader; drop --in-memory")
+            report = method.rank_raw(read_raw_file(path, args.format, args.label, args.schema))
+        else:
+            report = rank_stream(source, method, edge_sample=args.edge_sample, progress=not args.no_progress,
+                                 notes=notes)
+        name = Path(path).name.split(".")[0]
+        default = Path("runs") / "rank" / f"{name}-outrank.json"
+        out = Path(args.output if args.output and len(args.data) == 1 else
+                   f"{args.output}.{Path(path).name}.json" if args.output else default)
+        report.save(out)
+        print(report.format(args.top))
+        print(f"\nreport: {out}")
     return 0
 
 
@@ -150,10 +238,13 @@ def quality_main(argv: Sequence[str]) -> int:
     )
     parser.add_argument("data", nargs="*", help="data files (CSV/TSV/Parquet, Criteo TSV, Frappe libFM)")
     parser.add_argument("--config", default=None, help="take the data from a `salience fit` config (training split)")
-    parser.add_argument("--format", default=None, choices=["csv", "tsv", "parquet", "criteo", "frappe"],
-                        help="file format (default: from the extension)")
-    parser.add_argument("--label", default="label", help="label column of CSV/TSV/Parquet files")
-    parser.add_argument("--schema", default=None, help="schema file of CSV/TSV/Parquet files (default: every column categorical)")
+    _file_args(parser)
+    parser.add_argument("--sketch", action="store_true",
+                        help="count every feature with sketches: HyperLogLog cardinality, Misra-Gries top value "
+                        "(bounded memory, approximate; no rare-value counts)")
+    parser.add_argument("--sketch-threshold", type=int, default=None, metavar="N",
+                        help="sketch a feature once it has N distinct values (default: exact counts, whose memory "
+                        "grows with the distinct values)")
     parser.add_argument("--output", default=None, help="also write the report as JSON here")
     own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
@@ -162,17 +253,27 @@ def quality_main(argv: Sequence[str]) -> int:
         parser.error("give data files or --config")
 
     from selection.quality import data_quality
-    from selection.rawfiles import read_raw_files
 
     if args.config:
         from recsys.train.recipe import Recipe
 
-        raws = [Recipe(args.config, overrides, quiet=True).raw_split("train")]
+        reports = [data_quality(Recipe(args.config, overrides, quiet=True).raw_split("train"))]
+    elif args.in_memory:
+        from selection.rawfiles import read_raw_files
+
+        if args.sample is not None or args.sample_rows is not None or args.sketch or args.sketch_threshold:
+            raise SystemExit("--sample/--sample-rows/--sketch need the streaming reader; drop --in-memory")
+        reports = [data_quality(r) for r in read_raw_files(args.data, fmt=args.format, label=args.label, schema=args.schema)]
     else:
-        raws = read_raw_files(args.data, fmt=args.format, label=args.label, schema=args.schema)
-    for raw in raws:
-        report = data_quality(raw)
+        from selection.quality_stream import data_quality_stream
+
+        reports = [
+            data_quality_stream(source, sketch=args.sketch, sketch_threshold=args.sketch_threshold,
+                                edge_sample=args.edge_sample, progress=not args.no_progress, notes=notes)
+            for _, source, notes in _sources(args)
+        ]
+    for report in reports:
         print(report.format())
         if args.output:
-            report.save(args.output if len(raws) == 1 else f"{args.output}.{Path(raw.report.source).name}.json")
+            report.save(args.output if len(reports) == 1 else f"{args.output}.{Path(report.source).name}.json")
     return 0

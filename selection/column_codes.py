@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -12,7 +13,10 @@ from recsys.data.raw import RawData
 from recsys.data.schema import FeatureKind, FeatureSpec
 from selection.mutual_info import factorize
 
-__all__ = ["EMPTY_BAG", "EncodedColumn", "encode_column", "label_codes", "missing_mask"]
+__all__ = [
+    "EMPTY_BAG", "EncodedColumn", "bin_codes", "code_values", "dense_values", "encode_binned", "encode_column",
+    "label_codes", "missing_mask", "quantile_edges",
+]
 
 #: the token an empty multi-hot bag is scored as
 EMPTY_BAG = "<empty>"
@@ -64,18 +68,71 @@ def missing_mask(values: pd.Series, spec: FeatureSpec | None = None) -> np.ndarr
     return miss
 
 
-def _quantile_codes(x: np.ndarray, bins: int) -> np.ndarray:
-    """Quantile-bin codes of floats ``x`` (ties merge bins); NaN gets its own last code."""
+def quantile_edges(x: np.ndarray, bins: int) -> np.ndarray | None:
+    """The inner quantile edges of the finite values of ``x`` (ties merged); None without any
+    finite value (then :func:`bin_codes` codes by sign)."""
     finite = np.isfinite(x)
     if not finite.any():
-        return factorize(np.where(np.isnan(x), 0, np.sign(x)).astype(np.int64))
-    edges = np.unique(np.quantile(x[finite], np.linspace(0.0, 1.0, bins + 1)[1:-1]))
+        return None
+    return np.unique(np.quantile(x[finite], np.linspace(0.0, 1.0, bins + 1)[1:-1]))
+
+
+def bin_codes(x: np.ndarray, edges: np.ndarray | None) -> np.ndarray:
+    """Bin numbers (int64, before :func:`factorize`) of floats ``x``: ``0..len(edges)`` by the
+    edges, NaN ``len(edges) + 1``; without edges ``0, 1, 2`` for ``-inf``, NaN, ``+inf``."""
+    if edges is None:
+        return (np.where(np.isnan(x), 0, np.sign(x)) + 1).astype(np.int64)
     codes = np.searchsorted(edges, x, side="right").astype(np.int64)
     codes[np.isnan(x)] = len(edges) + 1
-    return factorize(codes)
+    return codes
 
 
-def encode_column(values: pd.Series, spec: FeatureSpec | None = None, dense_bins: int | None = 32) -> EncodedColumn:
+def _quantile_codes(x: np.ndarray, bins: int) -> np.ndarray:
+    """Quantile-bin codes of floats ``x`` (ties merge bins); NaN gets its own last code."""
+    return factorize(bin_codes(x, quantile_edges(x, bins)))
+
+
+def dense_values(values: pd.Series) -> np.ndarray:
+    """A dense column's cells as float64 (unparseable text -> NaN)."""
+    return pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+
+
+def encode_binned(values: pd.Series, spec: FeatureSpec, edges: np.ndarray | None) -> EncodedColumn:
+    """A dense column cut by given quantile ``edges`` (from :func:`quantile_edges`)."""
+    values = values.reset_index(drop=True)
+    x = dense_values(values)
+    missing = missing_mask(values, spec) | np.isnan(x)
+    return EncodedColumn(spec.name, spec.kind, factorize(bin_codes(x, edges)), missing, binned=True)
+
+
+def code_values(values: pd.Series, spec: FeatureSpec | None = None) -> pd.Series:
+    """The cells :func:`encode_column` factorizes for an unbinned column (a multi-hot bag's cell
+    string; NaN, None and ``""`` as one value in a text column), index reset."""
+    values = values.reset_index(drop=True)
+    kind = spec.kind if spec is not None else FeatureKind.CATEGORICAL
+    if kind is FeatureKind.DENSE:
+        return values
+    missing = missing_mask(values, spec)
+    if kind is FeatureKind.MULTI_CATEGORICAL:
+        return values.where(~missing, "").astype(str)
+    if missing.any() and not pd.api.types.is_numeric_dtype(values.dtype):
+        return values.where(values.notna(), "")
+    return values
+
+
+def _ranked_tokens(tokens: np.ndarray, vocab: dict[Any, int]) -> np.ndarray:
+    """Codes of ``tokens`` ordered like their first appearance in the whole stream: ``vocab``
+    (token -> rank, grown here with the new tokens in order) gives the rank, then compacted."""
+    uniq = pd.unique(tokens)
+    for t in uniq:
+        if t != EMPTY_BAG and t not in vocab:
+            vocab[t] = len(vocab)
+    rank = pd.Series(tokens, copy=False).map(vocab).fillna(np.inf).to_numpy(dtype=np.float64)  # the empty bag last
+    return np.unique(rank, return_inverse=True)[1].astype(np.int64).reshape(-1)
+
+
+def encode_column(values: pd.Series, spec: FeatureSpec | None = None, dense_bins: int | None = 32, *,
+                  vocab: dict[Any, int] | None = None) -> EncodedColumn:
     """Integer-code one raw column for OutRank.
 
     * categorical (and any column without a spec): every distinct raw value is a category, a
@@ -93,6 +150,10 @@ def encode_column(values: pd.Series, spec: FeatureSpec | None = None, dense_bins
         values: the column over the selected rows (any index).
         spec: the feature's schema entry (its kind and separator); None = categorical.
         dense_bins: quantile bins of a many-valued dense column; None keeps raw values.
+        vocab: multi-hot only, for a column encoded batch by batch: the tokens seen in earlier
+            batches -> rank of first appearance (grown here). A bag's instances are ordered by
+            token code, which the null of the score reads, so batch codes follow the order a
+            whole-column encoding gives.
 
     Returns:
         The :class:`EncodedColumn`.
@@ -112,12 +173,12 @@ def encode_column(values: pd.Series, spec: FeatureSpec | None = None, dense_bins
         empty_bag = ~has_token
         rows = np.concatenate([rows[keep], np.flatnonzero(empty_bag)])
         tokens = np.concatenate([tokens[keep], np.full(int(empty_bag.sum()), EMPTY_BAG, dtype=object)])
-        tok = factorize(tokens)
+        tok = factorize(tokens) if vocab is None else _ranked_tokens(tokens, vocab)
         pairs = np.unique(rows * (int(tok.max()) + 1 if tok.size else 1) + tok)
         k = int(tok.max()) + 1 if tok.size else 1
         return EncodedColumn(name, kind, factorize(cells), empty_bag, token_rows=pairs // k, token_codes=pairs % k)
     if kind is FeatureKind.DENSE:
-        x = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64)
+        x = dense_values(values)
         missing = missing | np.isnan(x)
         distinct = len(np.unique(x[~np.isnan(x)]))
         if dense_bins is not None and distinct > dense_bins:

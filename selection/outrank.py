@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import numpy as np
 
 from recsys.data.raw import RawData
+from recsys.data.schema import Schema
 from selection.base import ImportanceMethod
 from selection.column_codes import EMPTY_BAG, EncodedColumn, encode_column, label_codes, missing_mask
 from selection.mutual_info import (
@@ -110,6 +111,7 @@ __all__ = [
     "pair_codes",
     "plain_mi",
     "rank_raw",
+    "report_from_scores",
     "score_raw",
 ]
 
@@ -176,7 +178,10 @@ class OutRank(OutRankConfig, ImportanceMethod):
     name: ClassVar[str] = "outrank"
 
     def rank(self, recipe: Recipe) -> ImportanceReport:
-        """Rank the features of the recipe's training split (test rows are never read)."""
+        """Rank the features of the recipe's training split (test rows are never read); on a
+        streaming data module a seeded sample of at most
+        :data:`~recsys.train.recipe.RAW_SAMPLE_ROWS` raw training rows read in chunks
+        (:meth:`Recipe.raw_split <recsys.train.recipe.Recipe.raw_split>`), never the whole file."""
         report = rank_raw(recipe.raw_split("train"), self)
         report.dataset = getattr(recipe, "dataset_name", report.dataset)
         return report
@@ -270,7 +275,12 @@ def rank_raw(raw: RawData, method: OutRank | None = None) -> ImportanceReport:
     """
     method = method or OutRank()
     t0 = time.perf_counter()
-    scores = score_raw(raw, method)
+    return report_from_scores(score_raw(raw, method), method, raw.schema, t0)
+
+
+def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t0: float) -> ImportanceReport:
+    """The :class:`ImportanceReport` of :func:`rank_raw` from the scores of a pass over
+    ``schema``'s data (``t0``: ``time.perf_counter()`` when the pass began)."""
     excluded = scores.leakage(method.leakage_threshold)
     below = scores.below_noise() if method.controls else {}
 
@@ -319,7 +329,7 @@ def rank_raw(raw: RawData, method: OutRank | None = None) -> ImportanceReport:
         batches=scores.batches,
         rows_per_second=scores.rows_scored / scores.seconds if scores.seconds > 0 else None,
     )
-    specs = {s.name: s for s in raw.schema.features}
+    specs = {s.name: s for s in schema.features}
     rows = [
         FeatureImportance(
             feature=f,
@@ -337,7 +347,7 @@ def rank_raw(raw: RawData, method: OutRank | None = None) -> ImportanceReport:
         features=rows,
         config=method.describe(),
         cost_seconds=time.perf_counter() - t0,
-        dataset=raw.schema.name,
+        dataset=schema.name,
         excluded=excluded,
         extras=extras,
     )

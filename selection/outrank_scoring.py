@@ -24,7 +24,9 @@ from selection.mutual_info import NullModel, factorize, outrank_score, pair_code
 __all__ = [
     "CONTROL_PREFIX",
     "MIN_TRAILING_BATCH",
+    "NEAR_CONSTANT_SHARE",
     "Aggregation",
+    "BatchScores",
     "OutRankConfig",
     "OutRankScores",
     "Ranking",
@@ -32,6 +34,8 @@ __all__ = [
     "score_raw",
 ]
 
+#: a feature whose most common code holds this share of the scored rows is near-constant
+NEAR_CONSTANT_SHARE = 0.99
 #: prefix of the control (noise baseline) columns
 CONTROL_PREFIX = "CONTROL-"
 #: a trailing partial batch is scored only above this many rows (unless it is the only batch)
@@ -293,6 +297,93 @@ def _progress(items: list[Any], show: bool, desc: str) -> Iterator[Any]:
     yield from tqdm(items, desc=desc, leave=False)
 
 
+class BatchScores:
+    """The per-batch scores of one OutRank pass, batch by batch, and their aggregation.
+
+    :func:`score_raw` (all rows in memory) and :func:`selection.outrank_stream.score_stream`
+    (rows read in chunks) both feed their batches here, so they score them identically.
+
+    Args:
+        method: the settings.
+        names: scored feature names, schema order.
+        pair_names: the features of the pair matrices (the non-constant ones).
+        pair_ids: batch numbers whose pair matrices are computed.
+    """
+
+    def __init__(self, method: OutRankConfig, names: list[str], pair_names: list[str], pair_ids: set[int]) -> None:
+        self.method = method
+        self.names = names
+        self.pair_names = pair_names
+        self.pair_ids = pair_ids
+        self._pair_set = set(pair_names)
+        self.rel: dict[str, list[float]] = {f: [] for f in names}
+        self.card: dict[str, list[int]] = {f: [] for f in names}
+        self.ctrl: dict[str, list[float]] = {}
+        self.ctrl_card: dict[str, list[int]] = {}
+        self.label_entropy: list[float] = []
+        self.label_copy: list[float] = []
+        self.d_list: list[np.ndarray] = []
+        self.q_list: list[np.ndarray] = []
+        self.rows = 0
+        self.batches = 0
+        self.rng = np.random.default_rng(method.seed)
+
+    def _score(self, x: np.ndarray, y: np.ndarray) -> float:
+        return outrank_score(x, y, self.method.null, self.method.null_rotations)
+
+    def add(self, cols: list[EncodedColumn], lo: int, hi: int, label: np.ndarray, start: int) -> None:
+        """Score batch number ``self.batches``: rows ``lo:hi`` of the encoded ``cols`` and of
+        ``label`` (codes over the same rows), ``start`` its first row in the scored order."""
+        method, b = self.method, self.batches
+        lab = label[lo:hi]
+        self.label_entropy.append(plain_mi(lab, lab))  # the label-vs-itself pair: plain MI
+        self.label_copy.append(self._score(lab, lab))
+        for c in cols:
+            x, y = c.batch(lo, hi, label)
+            self.rel[c.name].append(self._score(x, y))
+            self.card[c.name].append(len(np.unique(x)))
+        if method.controls:
+            h = _row_hash((c.codes[lo:hi] for c in cols), hi - lo)
+            for cname, x in _control_columns(self.rng, lab, start, h).items():
+                key = CONTROL_PREFIX + cname
+                self.ctrl.setdefault(key, []).append(self._score(x, lab))
+                self.ctrl_card.setdefault(key, []).append(len(np.unique(x)))
+        pair_cols = [c for c in cols if c.name in self._pair_set]
+        if b in self.pair_ids and pair_cols:
+            d, q = _pair_matrices(pair_cols, lo, hi, label, method.redundancy_score is RedundancyScore.PLAIN,
+                                  method.null, method.null_rotations)
+            self.d_list.append(d)
+            self.q_list.append(q)
+        self.rows += hi - lo
+        self.batches += 1
+
+    def finish(self, kinds: dict[str, str], constant: set[str], all_missing: set[str], near_constant: set[str],
+               pairs: bool, seconds: float) -> OutRankScores:
+        """The :class:`OutRankScores` of the batches added."""
+        return OutRankScores(
+            features=self.names,
+            kinds=kinds,
+            relevance={f: float(np.median(v)) for f, v in self.rel.items()},
+            batch_relevance={f: [float(x) for x in v] for f, v in self.rel.items()},
+            cardinality={f: float(np.median(v)) for f, v in self.card.items()},
+            constant=constant,
+            all_missing=all_missing,
+            near_constant=near_constant,
+            controls={
+                k: {"score": float(np.median(v)), "cardinality": float(np.median(self.ctrl_card[k]))}
+                for k, v in self.ctrl.items()
+            },
+            label_copy_score=float(np.median(self.label_copy)),
+            label_entropy=float(np.median(self.label_entropy)),
+            rows_scored=self.rows,
+            batches=self.batches,
+            seconds=seconds,
+            pair_features=self.pair_names if pairs else None,
+            redundancy=np.median(np.stack(self.d_list), axis=0) if self.d_list else None,
+            relation=np.median(np.stack(self.q_list), axis=0) if self.q_list else None,
+        )
+
+
 def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool | None = None) -> OutRankScores:
     """Score every feature of ``raw`` against its label, batch by batch (no ranking).
 
@@ -312,7 +403,6 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
     label = label_codes(raw, rows, target_bins=method.target_bins, max_classes=method.max_classes)
     specs = raw.schema.features
     cols = [encode_column(raw.frame[s.name].iloc[rows], s, method.dense_bins) for s in specs]
-    names = [s.name for s in specs]
     n = len(rows)
     batches = _batches(n, method.minibatch_size)
 
@@ -320,62 +410,13 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
     all_missing = {c.name for c in cols if c.missing.all()}
     near_constant = set()
     for c in cols:
-        if c.name not in constant and np.bincount(c.codes).max() >= 0.99 * n:
+        if c.name not in constant and np.bincount(c.codes).max() >= NEAR_CONSTANT_SHARE * n:
             near_constant.add(c.name)
     pair_names = [c.name for c in cols if c.name not in constant]
-    pair_cols = [c for c in cols if c.name not in constant]
     pair_ids = _pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
-
-    rel: dict[str, list[float]] = {f: [] for f in names}
-    card: dict[str, list[int]] = {f: [] for f in names}
-    ctrl: dict[str, list[float]] = {}
-    ctrl_card: dict[str, list[int]] = {}
-    label_entropy: list[float] = []
-    d_list, q_list = [], []
-    rng = np.random.default_rng(method.seed)
-
-    def score(x: np.ndarray, y: np.ndarray) -> float:
-        return outrank_score(x, y, method.null, method.null_rotations)
-
+    acc = BatchScores(method, [s.name for s in specs], pair_names, pair_ids)
     show = method.progress and len(batches) > 4
-    for b, (start, stop) in enumerate(_progress(batches, show, "outrank batches")):
-        lab = label[start:stop]
-        label_entropy.append(plain_mi(lab, lab))  # the label-vs-itself pair: plain MI
-        for c in cols:
-            x, y = c.batch(start, stop, label)
-            rel[c.name].append(score(x, y))
-            card[c.name].append(len(np.unique(x)))
-        if method.controls:
-            h = _row_hash((c.codes[start:stop] for c in cols), stop - start)
-            for cname, x in _control_columns(rng, lab, start, h).items():
-                key = CONTROL_PREFIX + cname
-                ctrl.setdefault(key, []).append(score(x, lab))
-                ctrl_card.setdefault(key, []).append(len(np.unique(x)))
-        if b in pair_ids and pair_cols:
-            d, q = _pair_matrices(pair_cols, start, stop, label, method.redundancy_score is RedundancyScore.PLAIN,
-                                  method.null, method.null_rotations)
-            d_list.append(d)
-            q_list.append(q)
-    label_copy = [score(label[s:e], label[s:e]) for s, e in batches]
-    seconds = time.perf_counter() - t0
-    return OutRankScores(
-        features=names,
-        kinds={s.name: s.kind.value for s in specs},
-        relevance={f: float(np.median(v)) for f, v in rel.items()},
-        batch_relevance={f: [float(x) for x in v] for f, v in rel.items()},
-        cardinality={f: float(np.median(v)) for f, v in card.items()},
-        constant=constant,
-        all_missing=all_missing,
-        near_constant=near_constant,
-        controls={
-            k: {"score": float(np.median(v)), "cardinality": float(np.median(ctrl_card[k]))} for k, v in ctrl.items()
-        },
-        label_copy_score=float(np.median(label_copy)),
-        label_entropy=float(np.median(label_entropy)),
-        rows_scored=int(sum(e - s for s, e in batches)),
-        batches=len(batches),
-        seconds=seconds,
-        pair_features=pair_names if pairs else None,
-        redundancy=np.median(np.stack(d_list), axis=0) if d_list else None,
-        relation=np.median(np.stack(q_list), axis=0) if q_list else None,
-    )
+    for start, stop in _progress(batches, show, "outrank batches"):
+        acc.add(cols, start, stop, label, start)
+    return acc.finish({s.name: s.kind.value for s in specs}, constant, all_missing, near_constant, pairs,
+                      time.perf_counter() - t0)

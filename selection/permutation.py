@@ -15,6 +15,17 @@ and the interaction on the cached tensors. The permutation is drawn over the who
     report = PermutationImportance().rank_model(model, data, schema)  # an already trained model
     drop, std, base = permutation_importance(model, data)        # the raw numbers
 
+On a streaming data module (``data.streaming``/``data.shards``) the scored rows are a seeded
+uniform sample of at most ``max_rows`` rows of the split (default :data:`STREAM_MAX_ROWS`),
+read shard by shard (:func:`recsys.data.split_stream.sample_rows`), and the permutation is
+drawn over that sample. Why a sample and not per-shard permutations: the cached seam of the
+scored rows must be held for the R x F permuted passes anyway (N x seam width floats), and a
+field permuted within each shard only would be compared with its marginal in that shard, not
+the split's (shards of a time split differ); a uniform sample keeps the dataset-level
+definition, and its AUC standard error at 500k rows is far below the drops that rank fields.
+With ``max_rows`` at least the split's rows the sample is the whole split, in order, and the
+scores equal the in-memory ones.
+
 AUC is the plain rank-sum (Mann–Whitney) AUC with ties averaged, computed in float64 on the
 whole split (:func:`recsys.metrics.binary_auc`, re-exported here), so it equals
 ``sklearn.metrics.roc_auc_score``.
@@ -33,6 +44,7 @@ import torch
 from recsys.data.batching import make_batch
 from recsys.data.encoders import EncodedData
 from recsys.data.schema import Schema
+from recsys.data.split_stream import SplitView, sample_rows
 from recsys.metrics import binary_auc
 from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
@@ -42,6 +54,7 @@ from selection.report import ImportanceReport
 
 __all__ = [
     "FieldShuffle",
+    "STREAM_MAX_ROWS",
     "PermutationImportance",
     "ScoredSplit",
     "binary_auc",
@@ -244,6 +257,9 @@ def permutation_importance(
     return mean, std, base
 
 
+#: rows permutation importance scores of a streamed split when ``max_rows`` is None
+STREAM_MAX_ROWS = 500_000
+
 #: the splits permutation importance may score (never ``test``: it stays for the final model)
 ScoredSplit = Literal["val", "train"]
 
@@ -263,6 +279,9 @@ class PermutationImportance(ImportanceMethod):
         leakage_threshold: features of the training rows scoring at least this x a copy of the
             label (OutRank's check) are left out of the fit and listed as excluded; 0 turns the
             screen off.
+        max_rows: score a seeded uniform sample of at most this many rows of the split
+            (seeded by ``seed``). None: the whole split in memory, and :data:`STREAM_MAX_ROWS`
+            rows of a streamed one (see the module docstring).
 
     The report: score = mean AUC drop, uncertainty = its std over the repeats, width = seam
     width, flag ``within_noise`` when the mean drop is not above two standard errors,
@@ -278,6 +297,7 @@ class PermutationImportance(ImportanceMethod):
     batch_size: int = 8192
     tracking: bool = True
     leakage_threshold: float = 0.9
+    max_rows: int | None = None
 
     def __post_init__(self) -> None:
         split: str = self.split  # options from a plain dict may hold any string
@@ -289,6 +309,8 @@ class PermutationImportance(ImportanceMethod):
             raise ValueError(f"PermutationImportance.split={split!r} is not one of {list(get_args(ScoredSplit))}")
         if self.repeats < 1:
             raise ValueError(f"PermutationImportance.repeats must be >= 1, got {self.repeats}")
+        if self.max_rows is not None and self.max_rows < 1:
+            raise ValueError(f"PermutationImportance.max_rows must be >= 1, got {self.max_rows}")
 
     def rank(
         self, recipe: Recipe, run_name: str = "permutation", parent_run_id: str | None = None
@@ -301,13 +323,15 @@ class PermutationImportance(ImportanceMethod):
             parent_run_id=parent_run_id,
             tracking=self.tracking,
         )
-        splits = fit.datamodule.prepared.splits
-        if splits.get(self.split) is None:
-            available = sorted(k for k, v in splits.items() if v is not None)
+        dm = fit.datamodule
+        data = dm.split_data(self.split)  # a view of the shards when streaming: nothing loaded yet
+        if data is None:
+            available = [k for k in ("train", "val", "test") if dm.has_split(k)]
             raise ValueError(f"the recipe's data has no {self.split!r} split; available: {available}")
+        rows = self.max_rows if self.max_rows is not None else (STREAM_MAX_ROWS if isinstance(data, SplitView) else max(len(data), 1))
         report = self.rank_model(
             fit.task.model,
-            splits[self.split],
+            sample_rows(data, rows, seed=self.seed),
             recipe.schema,
             dataset=recipe.dataset_name,
             train_seconds=fit.seconds,
@@ -315,6 +339,7 @@ class PermutationImportance(ImportanceMethod):
                 "test_auc": fit.metrics.get("test_auc"),
                 "best_val_auc": fit.metrics.get("best_val_auc"),
                 "run_id": fit.run_id,
+                "split_rows": len(data),
             },
         )
         report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})

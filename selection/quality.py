@@ -30,14 +30,18 @@ from recsys.data.schema import FeatureKind, FeatureSpec
 from selection.outrank import OutRank, Ranking, missing_mask, score_raw
 
 if TYPE_CHECKING:
-    from selection.outrank import OutRankScores
+    from selection.outrank import OutRankConfig, OutRankScores
 
-__all__ = ["REPETITION_THRESHOLDS", "FeatureQuality", "QualityReport", "data_quality"]
+__all__ = ["REPETITION_THRESHOLDS", "FeatureQuality", "QualityReport", "data_quality", "quality_row", "with_scores"]
 
 #: the value-repetition histogram counts distinct values seen more than n times for these n
 REPETITION_THRESHOLDS = (0, 1, 10, 100, 1_000, 10_000, 100_000)
 #: a feature whose most common value (missing included) covers this share of rows is near-constant
 NEAR_CONSTANT_SHARE = 0.99
+#: a sparse feature with at least this many distinct values per non-missing row is identifier-like ...
+IDENTIFIER_SHARE = 0.9
+#: ... once it has this many non-missing rows
+IDENTIFIER_MIN_ROWS = 1000
 MISSING = "<missing>"
 
 
@@ -55,14 +59,20 @@ class FeatureQuality:
         top_value: the most common cell value, missing counted as the value ``<missing>``
             (multi-hot: the token in most rows).
         top_share: share of rows holding ``top_value``.
-        rare_values: distinct values seen exactly once.
-        rare_share: ``rare_values / cardinality`` (0 without values).
+        rare_values: distinct values seen exactly once (None when ``approximate``).
+        rare_share: ``rare_values / cardinality`` (0 without values; None when ``approximate``).
         repetitions: n -> distinct values seen more than n times, n in
-            :data:`REPETITION_THRESHOLDS` (n = 0 gives the cardinality).
+            :data:`REPETITION_THRESHOLDS` (n = 0 gives the cardinality; empty when ``approximate``).
         constant: one distinct value, missing included (an entirely missing column is constant).
         near_constant: not constant and ``top_share >= 0.99``. A warning, not a verdict: a rare
             but informative flag (a promotion seen in 1% of rows) is near-constant by design.
         all_missing: every cell missing.
+        identifier_like: a categorical or multi-hot feature with a distinct value in nearly
+            every row (``cardinality >= 0.9 x`` non-missing rows, at least 1,000 of them): an
+            impression or user id, which carries no generalisable signal and scores ~0.
+        approximate: the counts come from sketches (streaming with ``sketch``): cardinality
+            is a HyperLogLog estimate (~1% error), the top value a Misra-Gries heavy hitter
+            whose share is a lower bound; rare values and repetitions are not counted.
         relevance: OutRank's relevance score S (None when not scored).
         leakage: the reason when the feature scores like a copy of the label, else None.
         below_noise: the noise control it scores below, else None.
@@ -76,12 +86,14 @@ class FeatureQuality:
     missing_share: float
     top_value: str | None
     top_share: float
-    rare_values: int
-    rare_share: float
+    rare_values: int | None
+    rare_share: float | None
     repetitions: dict[int, int]
     constant: bool
     near_constant: bool
     all_missing: bool
+    identifier_like: bool = False
+    approximate: bool = False
     relevance: float | None = None
     leakage: str | None = None
     below_noise: str | None = None
@@ -95,6 +107,8 @@ class FeatureQuality:
             out.append("constant")
         if self.near_constant:
             out.append("near_constant")
+        if self.identifier_like:
+            out.append("identifier_like")
         if self.leakage:
             out.append("leakage")
         if self.below_noise:
@@ -122,6 +136,7 @@ class QualityReport:
         scoring: OutRank scoring summary (controls, label copy score, rows scored), None when
             not scored.
         scoring_error: why OutRank could not score, if it could not.
+        notes: how the data was read (streaming: chunk rows, row sample, sketches).
     """
 
     source: str
@@ -132,6 +147,7 @@ class QualityReport:
     features: list[FeatureQuality]
     scoring: dict[str, Any] | None = None
     scoring_error: str | None = None
+    notes: dict[str, Any] = field(default_factory=dict)
     _index: dict[str, FeatureQuality] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -168,7 +184,8 @@ class QualityReport:
             top = f.top_value if f.top_value is None or len(f.top_value) <= 16 else f.top_value[:15] + "~"
             body.append([
                 f.feature, f.kind.replace("multi_categorical", "multi"), str(f.cardinality), f"{f.coverage:.3f}",
-                str(top), f"{f.top_share:.3f}", str(f.rare_values), f"{f.rare_share:.2f}",
+                str(top), f"{f.top_share:.3f}", "" if f.rare_values is None else str(f.rare_values),
+                "" if f.rare_share is None else f"{f.rare_share:.2f}",
                 str(f.repetitions.get(10, "")), "" if f.relevance is None else f"{f.relevance:.4g}",
                 ",".join(f.flags),
             ])
@@ -177,6 +194,10 @@ class QualityReport:
     def _summary(self) -> list[str]:
         lines = [f"data quality of {self.dataset} ({self.source}): {self.rows} rows, {len(self.features)} features, "
                  f"label {self.label!r} {self.label_counts}"]
+        if self.notes.get("sample"):
+            lines.append(f"row sample: {self.notes['sample']}")
+        if any(f.approximate for f in self.features):
+            lines.append("card and top share of sketched features (no rare/seen>10) are estimates (HyperLogLog, Misra-Gries)")
         if self.scoring_error:
             lines.append(f"OutRank scoring skipped: {self.scoring_error}")
         elif self.scoring:
@@ -212,6 +233,7 @@ class QualityReport:
             "flags": self.flags(),
             "scoring": self.scoring,
             "scoring_error": self.scoring_error,
+            "notes": self.notes,
         }
 
     def save(self, path: str | Path) -> Path:
@@ -223,9 +245,10 @@ class QualityReport:
         return path
 
 
-def _value_counts(values: pd.Series, spec: FeatureSpec) -> tuple[np.ndarray, pd.Series]:
+def _value_counts(values: pd.Series, spec: FeatureSpec, sort: bool = True) -> tuple[np.ndarray, pd.Series]:
     """``(missing mask, counts of the non-missing values)``; for multi-hot the counts are rows
-    holding each token (a token repeated in one bag counts once) and an empty bag is missing."""
+    holding each token (a token repeated in one bag counts once) and an empty bag is missing.
+    ``sort=False``: the values in order of first appearance."""
     values = values.reset_index(drop=True)
     missing = missing_mask(values, spec)
     if spec.kind is FeatureKind.MULTI_CATEGORICAL:
@@ -234,27 +257,40 @@ def _value_counts(values: pd.Series, spec: FeatureSpec) -> tuple[np.ndarray, pd.
         tokens = tokens[tokens != ""]
         pairs = pd.DataFrame({"row": tokens.index.to_numpy(), "tok": tokens.to_numpy()}).drop_duplicates()
         missing = np.bincount(pairs["row"].to_numpy(dtype=np.int64), minlength=len(values)) == 0
-        return missing, pairs["tok"].value_counts()
+        return missing, pairs["tok"].value_counts(sort=sort)
     present = values[~missing]
     if spec.kind is FeatureKind.DENSE:
         present = pd.to_numeric(present, errors="coerce")
-    return missing, present.value_counts(dropna=True)
+    return missing, present.value_counts(dropna=True, sort=sort)
 
 
-def _feature_quality(values: pd.Series, spec: FeatureSpec) -> FeatureQuality:
-    missing, counts = _value_counts(values, spec)
-    n = len(values)
-    n_missing = int(missing.sum())
-    card = int(len(counts))
-    top_count = int(counts.iloc[0]) if card else 0
-    if n_missing > top_count or card == 0:
+def quality_row(spec: FeatureSpec, n: int, n_missing: int, counts: pd.Series | None, *,
+                cardinality: int | None = None, top: tuple[object, int] | None = None) -> FeatureQuality:
+    """The quality row of a feature over ``n`` rows with ``n_missing`` missing cells.
+
+    Args:
+        counts: exact counts of the non-missing values, most common first (ties in order of
+            first appearance, as ``value_counts`` gives); None for a sketched feature, which
+            passes ``cardinality`` (an estimate) and ``top`` (its heaviest value and a lower
+            bound of its count, None without values) instead.
+    """
+    approximate = counts is None
+    if counts is not None:
+        card = int(len(counts))
+        top = (counts.index[0], int(counts.iloc[0])) if card else None
+        c = counts.to_numpy()
+        rare: int | None = int(np.sum(c == 1))
+        repetitions = {t: int(np.sum(c > t)) for t in REPETITION_THRESHOLDS}
+    else:
+        card, rare, repetitions = int(cardinality or 0), None, {}
+    top_count = top[1] if top is not None else 0
+    if n_missing > top_count or top is None:
         top_value, top_count = MISSING, n_missing
     else:
-        top_value = str(counts.index[0])
+        top_value = str(top[0])
     top_share = top_count / n if n else 0.0
-    c = counts.to_numpy()
-    rare = int(np.sum(c == 1))
     constant = card + (1 if n_missing else 0) <= 1
+    present = n - n_missing
     return FeatureQuality(
         feature=spec.name,
         kind=spec.kind.value,
@@ -265,12 +301,41 @@ def _feature_quality(values: pd.Series, spec: FeatureSpec) -> FeatureQuality:
         top_value=top_value,
         top_share=top_share,
         rare_values=rare,
-        rare_share=rare / card if card else 0.0,
-        repetitions={t: int(np.sum(c > t)) for t in REPETITION_THRESHOLDS},
+        rare_share=None if rare is None else (rare / card if card else 0.0),
+        repetitions=repetitions,
         constant=constant,
         near_constant=not constant and top_share >= NEAR_CONSTANT_SHARE,
         all_missing=n > 0 and n_missing == n,
+        identifier_like=spec.kind is not FeatureKind.DENSE and present >= IDENTIFIER_MIN_ROWS
+        and card >= IDENTIFIER_SHARE * present,
+        approximate=approximate,
     )
+
+
+def _feature_quality(values: pd.Series, spec: FeatureSpec) -> FeatureQuality:
+    missing, counts = _value_counts(values, spec)
+    return quality_row(spec, len(values), int(missing.sum()), counts)
+
+
+def with_scores(rows: list[FeatureQuality], scores: OutRankScores,
+                method: OutRankConfig) -> tuple[list[FeatureQuality], dict[str, Any]]:
+    """The rows with OutRank's relevance, leakage and below-noise columns, and the scoring summary."""
+    leak = scores.leakage(method.leakage_threshold)
+    below = scores.below_noise() if method.controls else {}
+    rows = [
+        replace(r, relevance=scores.relevance[r.feature], leakage=leak.get(r.feature), below_noise=below.get(r.feature))
+        for r in rows
+    ]
+    scoring = {
+        "config": method.describe(),
+        "label_copy_score": scores.label_copy_score,
+        "label_entropy": scores.label_entropy,
+        "controls": scores.controls,
+        "rows_scored": scores.rows_scored,
+        "batches": scores.batches,
+        "seconds": scores.seconds,
+    }
+    return rows, scoring
 
 
 def data_quality(raw: RawData, outrank: OutRank | None = None, *, score: bool = True) -> QualityReport:
@@ -283,7 +348,8 @@ def data_quality(raw: RawData, outrank: OutRank | None = None, *, score: bool = 
         score: run the OutRank scoring at all.
 
     Returns:
-        :class:`QualityReport`.
+        :class:`QualityReport`. :func:`selection.quality_stream.data_quality_stream` gives the
+        same report reading a file in chunks.
     """
     rows = [_feature_quality(raw.frame[s.name], s) for s in raw.schema.features]
     label = raw.frame[raw.schema.label]
@@ -297,22 +363,7 @@ def data_quality(raw: RawData, outrank: OutRank | None = None, *, score: bool = 
         except ValueError as e:
             error = str(e)
         else:
-            leak = scores.leakage(method.leakage_threshold)
-            below = scores.below_noise() if method.controls else {}
-            rows = [
-                replace(r, relevance=scores.relevance[r.feature], leakage=leak.get(r.feature),
-                        below_noise=below.get(r.feature))
-                for r in rows
-            ]
-            scoring = {
-                "config": method.describe(),
-                "label_copy_score": scores.label_copy_score,
-                "label_entropy": scores.label_entropy,
-                "controls": scores.controls,
-                "rows_scored": scores.rows_scored,
-                "batches": scores.batches,
-                "seconds": scores.seconds,
-            }
+            rows, scoring = with_scores(rows, scores, method)
     return QualityReport(
         source=raw.report.source,
         dataset=raw.schema.name,

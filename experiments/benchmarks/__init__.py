@@ -21,4 +21,5 @@ BENCHMARKS: dict[str, str] = {
     "sharding": "sharding",
     "gpu": "gpu_suite",
     "pipeline": "pipeline",
+    "scale": "scale",
 }

@@ -31,6 +31,9 @@ __all__ = ["STAGES", "StageContext", "StageError", "exported_latency", "export_b
 
 log = logging.getLogger(__name__)
 
+#: test rows the latency measurement draws its batches from when the data is streamed
+LATENCY_SAMPLE_ROWS = 65_536
+
 
 class StageError(RuntimeError):
     """A stage finished with a result the pipeline cannot go on from (e.g. a failed parity check)."""
@@ -311,7 +314,8 @@ def _fit_and_measure(ctx: StageContext, config: Any, name: str) -> dict[str, Any
     from recsys.data.schema import Schema
 
     schema = Schema.from_dict(fit.datamodule.schema_dict)  # the trained dims (the plan's, if any)
-    test = fit.datamodule.prepared.splits["test"]
+    dm = fit.datamodule  # test_auc/test_logloss come from the fit's (streamed when streaming) test pass
+    test = dm.sample_rows("test", LATENCY_SAMPLE_ROWS) if dm.streaming else dm.prepared.splits["test"]
     latency = exported_latency(export_dir, test, cmp.latency_batches, cmp.latency_repeats)
     summary = {
         "name": name,

@@ -13,8 +13,10 @@ cell and the chunk dictionaries.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,7 +26,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from recsys.data.encoders import EncodedData, hash_ids
-from recsys.data.schema import FeatureKind, Schema
+from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.stream import ChunkEncoder, StreamingFit, column_tokens, dictionary_tokens
 
 __all__ = ["SpillFolder", "SpilledChunk", "spill_chunk"]
@@ -78,30 +80,68 @@ class SpilledChunk:
             return cls(z["codes"], z["labels"], **groups)
 
 
+def _column_workers() -> int:
+    """Threads that encode a chunk's columns side by side (Arrow's kernels and most of numpy's
+    release the GIL): the cores this process may use, at most 8."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, min(cores, 8))
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(_column_workers(), thread_name_prefix="salience-columns")
+    return _POOL
+
+
+def _spill_sparse(spec: FeatureSpec, cells: pd.Series, train: np.ndarray, count: bool) -> dict[str, Any]:
+    """One sparse column of a chunk: its lengths and hashed ids, or its dictionary encoding and
+    the training rows' counts of its distinct tokens (keys, counts) when ``count``."""
+    tokens, lens = column_tokens(spec, cells)
+    if spec.hash_size is not None:
+        enc = pc.dictionary_encode(tokens)
+        uniq = enc.dictionary.to_numpy(zero_copy_only=False).astype(object)
+        mapping = hash_ids(uniq, spec.hash_size) if len(uniq) else np.zeros(0, np.int64)
+        return {"lengths": lens, "ids": mapping[enc.indices.to_numpy(zero_copy_only=False)]}
+    idx, keys = dictionary_tokens(tokens)
+    out: dict[str, Any] = {"lengths": lens, "indices": idx, "keys": keys}
+    if count:
+        train_idx = idx[train] if spec.kind is not FeatureKind.MULTI_CATEGORICAL else idx[np.repeat(train, lens)]
+        counts = np.bincount(train_idx, minlength=len(keys))
+        seen = counts > 0
+        out["counts"] = (keys[seen], counts[seen])
+    return out
+
+
 def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: StreamingFit | None) -> SpilledChunk:
     """Dictionary-encode one chunk's columns and, when ``fit`` is given, count its training rows
-    (``codes == 0``) into ``fit`` (what ``fit.update(frame, train_rows)`` counts)."""
+    (``codes == 0``) into ``fit`` (what ``fit.update(frame, train_rows)`` counts).
+
+    The sparse columns are encoded by a small thread pool, one column per task; the counts
+    are added to ``fit`` afterwards in column order, so the result does not depend on the pool.
+    """
     train = codes == 0
     rows = np.flatnonzero(train)
+    count = fit is not None and len(rows) > 0
+    specs = list(schema.sparse)
+    columns = list(_pool().map(lambda spec: _spill_sparse(spec, frame[spec.name], train, count), specs))
     indices, keys, ids, lengths = {}, {}, {}, {}
-    for spec in schema.sparse:
-        tokens, lens = column_tokens(spec, frame[spec.name])
-        lengths[spec.name] = lens
-        if spec.hash_size is not None:
-            enc = pc.dictionary_encode(tokens)
-            uniq = enc.dictionary.to_numpy(zero_copy_only=False).astype(object)
-            mapping = hash_ids(uniq, spec.hash_size) if len(uniq) else np.zeros(0, np.int64)
-            ids[spec.name] = mapping[enc.indices.to_numpy(zero_copy_only=False)]
+    for spec, col in zip(specs, columns):
+        lengths[spec.name] = col["lengths"]
+        if "ids" in col:
+            ids[spec.name] = col["ids"]
             continue
-        idx, k = dictionary_tokens(tokens)
-        indices[spec.name], keys[spec.name] = idx, k
-        if fit is not None and len(rows):
-            train_idx = idx[train] if spec.kind is not FeatureKind.MULTI_CATEGORICAL else idx[np.repeat(train, lens)]
-            counts = np.bincount(train_idx, minlength=len(k))
-            seen = counts > 0
-            fit.counts[spec.name].add_keys(k[seen], counts[seen])
+        indices[spec.name], keys[spec.name] = col["indices"], col["keys"]
+        if count and fit is not None:
+            fit.counts[spec.name].add_keys(*col["counts"])
     dense = {spec.name: pd.to_numeric(frame[spec.name], errors="coerce").to_numpy(dtype=np.float64) for spec in schema.dense}
-    if fit is not None and len(rows):
+    if count and fit is not None:
         fit.rows += len(rows)
         for spec in schema.dense:
             fit.add_dense(spec, dense[spec.name][rows])
@@ -110,15 +150,17 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
 
 
 def encode_spilled(encoder: ChunkEncoder, chunk: SpilledChunk, parts: dict[Any, np.ndarray]) -> dict[Any, EncodedData]:
-    """Pass 2: the EncodedData of each part of a spilled chunk (equal to encoding the raw chunk)."""
-    sparse = {}
-    for spec in encoder.schema.sparse:
+    """Pass 2: the EncodedData of each part of a spilled chunk (equal to encoding the raw chunk);
+    the columns' vocabulary look-ups run on the column thread pool."""
+
+    def ids(spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
         name = spec.name
         if name in chunk.ids:
-            sparse[name] = (chunk.ids[name].astype(np.int64, copy=False), chunk.lengths[name])
-        else:
-            mapping = encoder.lookup(name).map_keys(chunk.keys[name])
-            sparse[name] = (mapping[chunk.indices[name]], chunk.lengths[name])
+            return chunk.ids[name].astype(np.int64, copy=False), chunk.lengths[name]
+        return encoder.lookup(name).map_keys(chunk.keys[name])[chunk.indices[name]], chunk.lengths[name]
+
+    specs = list(encoder.schema.sparse)
+    sparse = dict(zip((s.name for s in specs), _pool().map(ids, specs)))
     return encoder.assemble(sparse, chunk.dense, chunk.labels, parts)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
-from typing import Any
+from typing import Any, Literal
 
 import lightning.pytorch as pl
 import numpy as np
@@ -16,8 +16,10 @@ from recsys.data.batching import BatchDataset
 from recsys.data.encoders import EncodedData, Preprocessor
 from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
 from recsys.data.readers.base import Reader
+from recsys.data.schema import Schema
 from recsys.data.shard_batching import ResumableLoader, ShardBatchDataset, select_columns
 from recsys.data.shards import ShardSet
+from recsys.data.split_stream import SplitData, SplitView, sample_rows
 
 __all__ = ["CTRDataModule", "encoder_changes", "restrict_preprocessor"]
 
@@ -55,6 +57,12 @@ class CTRDataModule(pl.LightningDataModule):
             and read as with ``shards``. ``split`` applies (random, predefined files or a time
             column, :class:`~recsys.data.splits.SplitConfig`).
         rows_per_shard: rows per shard file that ``streaming`` writes.
+        engine: how ``streaming`` prepares the shards: ``local`` (one process,
+            :func:`~recsys.data.prepare_stream.prepare_shards`) or ``dask`` (one task per input
+            file on a Dask cluster, :func:`~recsys.data.distributed.prepare_shards_distributed`;
+            the ``distributed`` extra). See ``docs/multi-node.md``.
+        scheduler: the Dask scheduler address (``tcp://host:8786``) of ``engine: dask``; null
+            starts a local cluster of one worker process per core.
     """
 
     def __init__(
@@ -73,6 +81,8 @@ class CTRDataModule(pl.LightningDataModule):
         buffer_shards: int = 4,
         streaming: bool = False,
         rows_per_shard: int = 262_144,
+        engine: Literal["local", "dask"] = "local",
+        scheduler: str | None = None,
     ) -> None:
         super().__init__()
         self.reader = reader
@@ -93,6 +103,10 @@ class CTRDataModule(pl.LightningDataModule):
             raise ValueError("data.streaming writes its shards under data.cache_dir: set a cache folder")
         self._stream_raw = streaming
         self.rows_per_shard = rows_per_shard
+        if engine not in ("local", "dask"):
+            raise ValueError(f"data.engine must be 'local' or 'dask', got {engine!r}")
+        self.engine = engine
+        self.scheduler = scheduler
         self._prepared: PreparedData | None = None
         self._shard_set: ShardSet | None = None
         self._view: Preprocessor | None = None
@@ -136,6 +150,11 @@ class CTRDataModule(pl.LightningDataModule):
         from recsys.data.prepare_stream import prepare_shards
 
         assert self.cache_dir is not None
+        if self.engine == "dask":
+            from recsys.data.distributed import prepare_shards_distributed
+
+            return prepare_shards_distributed(self.reader, self.split, cache_dir=self.cache_dir,
+                                              rows_per_shard=self.rows_per_shard, client=self.scheduler)
         return prepare_shards(self.reader, self.split, cache_dir=self.cache_dir, rows_per_shard=self.rows_per_shard)
 
     @property
@@ -170,6 +189,27 @@ class CTRDataModule(pl.LightningDataModule):
             data = self.prepared.splits[split]
         return data.take(np.random.default_rng(seed).permutation(len(data))[:rows])
 
+    def split_data(self, split: str) -> SplitData | None:
+        """``split``'s rows: in memory (``EncodedData``), or when streaming a
+        :class:`~recsys.data.split_stream.SplitView` of its shards that loads nothing until read
+        (:mod:`recsys.data.split_stream` reads both alike). None when the split is empty."""
+        if not self.has_split(split):
+            return None
+        if self.streaming:
+            columns = self._columns
+            return SplitView(self.shard_set.split(split), tuple(columns) if columns is not None else None,
+                             self.buffer_shards)
+        return self.prepared.splits[split]
+
+    def sample_rows(self, split: str, rows: int, seed: int = 0) -> EncodedData:
+        """A seeded uniform sample of at most ``rows`` rows of ``split`` in row order (every row
+        when it has no more), read shard by shard when streaming
+        (:func:`~recsys.data.split_stream.sample_rows`)."""
+        data = self.split_data(split)
+        if data is None:
+            raise ValueError(f"the {split!r} split is empty")
+        return sample_rows(data, rows, seed)
+
     def split_labels(self, split: str) -> np.ndarray:
         """The labels of ``split`` in row order (float32, N; shard by shard when streaming)."""
         if self.streaming:
@@ -177,6 +217,12 @@ class CTRDataModule(pl.LightningDataModule):
         return self.prepared.splits[split].labels
 
     # -- schema ----------------------------------------------------------------------------
+    @property
+    def schema(self) -> Schema:
+        """The fitted schema of the features trained on (``num_embeddings`` set, without
+        ``embedding_dims``); when streaming, read from the shard set without loading rows."""
+        return self.preprocessor.fitted_schema
+
     @property
     def schema_dict(self) -> dict[str, Any]:
         """The fitted schema as a dict (linked to the model's ``schema`` argument by the CLI),

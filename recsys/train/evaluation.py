@@ -7,17 +7,18 @@ from typing import Any
 import torch
 from torch.nn.functional import binary_cross_entropy_with_logits
 
-from recsys.data.batching import BatchDataset
-from recsys.data.encoders import EncodedData
+from recsys.data.split_stream import SplitData, batch_dataset
 from recsys.metrics import binary_auc
 
 __all__ = ["evaluate"]
 
 
-def evaluate(model: Any, data: EncodedData, batch_size: int = 4096, train_mode: bool = False) -> dict[str, float]:
+def evaluate(model: Any, data: SplitData, batch_size: int = 4096, train_mode: bool = False) -> dict[str, float]:
     """``auc`` (:func:`recsys.metrics.binary_auc`, the same AUC the trainer's streaming
     ``BinaryAUROC`` logs) and ``logloss`` (mean BCE on the logits) of a ``forward(dense, kjt) -> logits`` module on ``data``.
 
+    ``data`` in memory or a streamed view of its shards (read shard by shard; the logits and
+    labels, 8 bytes per row, are what grows with the rows).
     Runs without gradients in eval mode (``train_mode=True``: training mode, e.g. sampled
     gates); the module's mode is restored afterwards.
     """
@@ -26,7 +27,7 @@ def evaluate(model: Any, data: EncodedData, batch_size: int = 4096, train_mode: 
     logits, labels = [], []
     try:
         with torch.no_grad():
-            for batch in BatchDataset(data, batch_size):
+            for batch in batch_dataset(data, batch_size):
                 logits.append(model(batch.dense_features, batch.sparse_features))
                 labels.append(batch.labels)
     finally:

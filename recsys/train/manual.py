@@ -6,7 +6,9 @@ model per cluster) with hand-stepped, sometimes bi-level updates (a weight step 
 batch, then a mask step on a validation batch), which ``Recipe.fit`` cannot express. Such a
 phase is a :class:`ManualTask` (``automatic_optimization = False``; subclasses override
 ``training_step``) run by :func:`fit_split`: a CPU ``lightning.Trainer`` without logger or
-checkpoints over a seeded, shuffled :class:`~recsys.data.batching.BatchDataset`::
+checkpoints over a seeded, shuffled :class:`~recsys.data.batching.BatchDataset`, or streamed
+from shards for a :class:`~recsys.data.split_stream.SplitView` (a streaming data module's
+``split_data``; memory bounded by a few shards)::
 
     task = ManualTask(model, [torch.optim.Adam(model.parameters(), lr=1e-3)])
     fit_split(task, train, batch_size=256, epochs=2, seed=0, max_batches=100)
@@ -24,8 +26,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader
 
-from recsys.data.batching import BatchDataset
-from recsys.data.encoders import EncodedData
+from recsys.data.split_stream import SplitData, batch_dataset
 from recsys.train.cli import TRAINER_DEFAULTS
 from recsys.train.recipe import quiet_lightning
 
@@ -83,7 +84,7 @@ class _SplitEpochs(Callback):
     """Sets the shuffled dataset's epoch to ``offset + trainer.current_epoch`` (the batch order
     of epoch ``offset + e``) and stops the fit after ``max_batches`` training batches."""
 
-    def __init__(self, dataset: BatchDataset, offset: int, max_batches: int | None) -> None:
+    def __init__(self, dataset: Any, offset: int, max_batches: int | None) -> None:
         self.dataset = dataset
         self.offset = int(offset)
         self.max_batches = max_batches
@@ -101,7 +102,7 @@ class _SplitEpochs(Callback):
 
 def fit_split(
     task: pl.LightningModule,
-    data: EncodedData,
+    data: SplitData,
     *,
     batch_size: int,
     epochs: int,
@@ -115,14 +116,17 @@ def fit_split(
 
     Epoch ``e`` walks ``BatchDataset(data, batch_size, shuffle=True, seed=seed)`` at epoch
     ``epoch_offset + e`` (rows permuted by ``seed + epoch_offset + e``), so a phase that follows
-    another continues its epoch numbering. The trainer takes the ``salience fit`` defaults
+    another continues its epoch numbering. A :class:`~recsys.data.split_stream.SplitView` is
+    streamed in the seeded training order of
+    :func:`~recsys.data.split_stream.batch_dataset` (shards permuted per epoch, rows shuffled
+    within a buffer of shards) at the same epoch numbers. The trainer takes the ``salience fit`` defaults
     (no logger, deterministic algorithms), no checkpoints and no validation; the loader draws
     its worker seed from a private generator, so the global torch RNG (dropout, gate
     sampling) advances only through the model.
 
     Args:
         task: a manually optimised module (e.g. a :class:`ManualTask`).
-        data: the encoded split to train on.
+        data: the encoded split to train on, in memory or a view of its shards.
         batch_size: rows per batch.
         epochs: passes over ``data``.
         seed: base seed of the shuffle.
@@ -139,7 +143,7 @@ def fit_split(
         raise ValueError(f"epochs must be >= 0, got {epochs}")
     if epochs == 0 or (max_batches is not None and max_batches <= 0) or len(data) == 0:
         return 0
-    dataset = BatchDataset(data, batch_size, shuffle=True, seed=seed)
+    dataset = batch_dataset(data, batch_size, shuffle=True, seed=seed)
     loader = DataLoader(dataset, batch_size=None, generator=torch.Generator())
     counter = _SplitEpochs(dataset, epoch_offset, max_batches)
     settings: dict[str, Any] = {

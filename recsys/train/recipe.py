@@ -36,7 +36,10 @@ if TYPE_CHECKING:
     from recsys.train.datamodule import CTRDataModule
     from recsys.train.module import RankingTask
 
-__all__ = ["FitResult", "Recipe", "quiet_lightning"]
+__all__ = ["RAW_SAMPLE_ROWS", "FitResult", "Recipe", "quiet_lightning"]
+
+#: raw rows :meth:`Recipe.raw_split` samples from a streamed split (the model-free methods' input)
+RAW_SAMPLE_ROWS = 1_000_000
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +124,7 @@ class Recipe:
     @property
     def schema(self) -> Schema:
         """The fitted schema of every feature the config trains on."""
-        return self.datamodule.prepared.schema
+        return self.datamodule.schema
 
     @property
     def dataset_name(self) -> str:
@@ -134,14 +137,35 @@ class Recipe:
 
         return yaml.safe_load(self.config_path.read_text()) or {}
 
-    def raw_split(self, split: SplitName = "train") -> RawData:
-        """Raw (unencoded) rows of one split, with the config's feature selection applied."""
+    def raw_split(self, split: SplitName = "train", max_rows: int | None = None) -> RawData:
+        """Raw (unencoded) rows of one split, with the config's feature selection applied.
+
+        A streaming data module (``data.streaming`` or ``data.shards``) never reads the whole
+        file: the rows are a seeded sample of at most ``max_rows`` (default
+        :data:`RAW_SAMPLE_ROWS`) rows of the split, read in chunks
+        (:func:`recsys.data.raw_sample.sample_raw_split`; every row when the split has no
+        more). In memory, ``max_rows`` None keeps every row, else a seeded sample of the split's
+        rows is kept (in order).
+        """
         from recsys.data.prepare import raw_split
 
         dm = self.datamodule
+        if dm.streaming:
+            from recsys.data.raw_sample import sample_raw_split
+
+            rows = RAW_SAMPLE_ROWS if max_rows is None else int(max_rows)
+            log.info("reading a sample of at most %d raw %s rows of %s in chunks", rows, split, dm.dataset_name)
+            return sample_raw_split(dm.reader, dm.split, split, rows, seed=dm.split.seed,
+                                    features=dm.features, drop_features=dm.drop_features)
         if self._raw is None:
             self._raw = dm.reader.read()
-        return raw_split(self._raw, dm.split, split, dm.features, dm.drop_features)
+        raw = raw_split(self._raw, dm.split, split, dm.features, dm.drop_features)
+        if max_rows is not None and max_rows < len(raw):
+            import numpy as np
+
+            keep = np.sort(np.random.default_rng(dm.split.seed).choice(len(raw), int(max_rows), replace=False))
+            raw = RawData(raw.frame.iloc[keep], raw.schema, raw.report)
+        return raw
 
     # -- training ----------------------------------------------------------------------------
     def fit(

@@ -393,6 +393,9 @@ def test_worker_processes_share_one_study(tmp_cwd: Path) -> None:
         assert run.data.tags["mlflow.parentRunId"] == result.parent_run_id
 
 
+# real processes on one storage: test_worker_processes_share_one_study; two commands' shared budget and
+# distinct points: test_independent_commands_with_workers_share_the_budget_and_draw_different_points
+@pytest.mark.slow
 def test_independent_tune_commands_share_one_study(tmp_cwd: Path) -> None:
     """The same ``salience tune`` command started twice at once against one ``--storage``, as on
     two machines: one study holds every trial, each trial ran in exactly one of the commands, the

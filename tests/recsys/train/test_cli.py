@@ -274,7 +274,9 @@ def test_committed_configs_parse(config: Path, capsys) -> None:
     assert "class_path: recsys.data" in capsys.readouterr().out
 
 
-@pytest.mark.parametrize("dataset", ["frappe", "criteo", "movielens"])
+# frappe_dcnv2.yaml also trains through the CLI in tests/experiments/hpo/test_tune.py::test_tune_on_frappe_through_the_cli
+# (and the embeddings/selection CLI tests); a real-data fit logged to MLflow: the criteo and movielens cases
+@pytest.mark.parametrize("dataset", [pytest.param("frappe", marks=pytest.mark.slow), "criteo", "movielens"])
 def test_fit_on_real_data_logs_a_run(dataset: str, data_dir: Path, tmp_cwd: Path) -> None:
     """One epoch of each committed real-data config, through the CLI, visible in MLflow."""
     from tests.conftest import require_dataset

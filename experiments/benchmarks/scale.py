@@ -1,0 +1,514 @@
+"""Cost and memory against rows: preparation, ``quality``, OutRank and training on Criteo-shaped logs.
+
+A benchmark, not a test. For each size (default 1M, 5M and 45M rows) it writes a synthetic
+Criteo TSV (``experiments/benchmarks/_criteo_synth.py``: 26 categorical fields with
+cardinalities log-spaced up to 10^7, Zipf-skewed ids, a planted label; the data is not
+committed and is deleted after its size unless ``--keep-data``), then measures, each step in a
+fresh process of its own so that its peak RSS is its own:
+
+* ``prepare``: ``data.streaming`` preparation of the file into a shard set, as ``salience fit``
+  runs it (``CTRDataModule.prepare_data``: two streaming passes, random 8:1:1 split,
+  ``min_count: 2``);
+* ``quality``: ``salience quality FILE`` (per-feature report and OutRank relevance, read in
+  chunks; fields past 100k distinct values counted by sketches);
+* ``outrank``: ``salience rank --method outrank --option ranking=relevance FILE`` (OutRank
+  relevance from the raw text, in chunks);
+* ``train``: DCNv2 on the shard set (fused EBC, batch 2048, embedding dim 16), ``--steps``
+  timed steps after ``--warmup`` steps, batches drawn by the streaming loader from the whole
+  shuffled file.
+
+Also, once on the smallest size: reading the file with each installed columnar engine
+(``engines``: our block reader, ``pyarrow.csv.open_csv``, ``pyarrow.dataset``, and polars and
+DuckDB when installed: ``pip install -e .[bench]``).
+
+Committed command (writes ``scale.{json,md,png}`` to ``--output-dir``)::
+
+    python -m experiments.benchmarks.scale                      # 1M, 5M, 45M rows
+    python -m experiments.benchmarks.scale --rows 1000000,5000000 --steps 200
+    python -m experiments.benchmarks.scale generate --rows 1000000 --out criteo-1m.txt
+    python -m experiments.benchmarks.scale --quick              # 20k rows, smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from experiments.benchmarks._common import result_header
+from experiments.benchmarks._criteo_synth import write_criteo_tsv
+from recsys.io import atomic_savefig, atomic_write_json, atomic_write_text
+
+__all__ = ["STEPS", "TARGETS", "main", "measure_step"]
+
+log = logging.getLogger(__name__)
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+STEPS = ("prepare", "quality", "outrank", "train")
+ENGINES = ("blocks", "open_csv", "dataset", "polars", "duckdb")
+TARGETS = {
+    "completes_at_rows": 45_000_000,
+    "peak_rss_ratio_vs_1m": 1.5,
+    "prepare_rows_per_s": 300_000,
+    "outrank_rows_per_s": 500_000,
+    "train_samples_per_s_within": 0.10,
+}
+QUICK_ROWS, QUICK_STEPS, QUICK_WARMUP = (20_000,), 5, 2
+
+
+# ---------------------------------------------------------------------------------------------
+# one step, in a process of its own
+# ---------------------------------------------------------------------------------------------
+
+
+def _config(path: Path, work: Path, batch_size: int) -> dict[str, Any]:
+    """The ``salience fit`` config every step reads the file through."""
+    return {
+        "seed_everything": 0,
+        "trainer": {"max_epochs": 10_000, "default_root_dir": str(work / "runs")},
+        "model": {
+            "backbone": {"class_path": "recsys.models.DCNv2", "init_args": {}},
+            "embedding_kernel": "fused",
+            "early_stopping_patience": 0,
+        },
+        "data": {
+            "reader": {
+                "class_path": "recsys.data.readers.CriteoReader",
+                "init_args": {"path": str(path), "embedding_dim": 16, "min_count": 2},
+            },
+            "batch_size": batch_size,
+            "split": {"train": 0.8, "val": 0.1, "test": 0.1, "seed": 0},
+            "streaming": True,
+            "cache_dir": str(work / "cache"),
+        },
+    }
+
+
+class _Clock:
+    """The timed part of a step: from ``start()`` (default: the step's first line) to ``stop()``
+    (default: its return), so building a config or a trainer is not counted."""
+
+    def __init__(self) -> None:
+        self.begin: float | None = None
+        self.end: float | None = None
+        self.cpu: float | None = None
+        self.cpu_end: float | None = None
+
+    def start(self) -> None:
+        self.begin, self.cpu = time.perf_counter(), time.process_time()
+
+    def stop(self) -> None:
+        self.end, self.cpu_end = time.perf_counter(), time.process_time()
+
+
+_CLOCK = _Clock()
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def _step_prepare(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from recsys.data.readers import CriteoReader
+    from recsys.data.splits import SplitConfig
+    from recsys.train.datamodule import CTRDataModule
+
+    data = _config(path, work, args.batch_size)["data"]
+    dm = CTRDataModule(
+        CriteoReader(**data["reader"]["init_args"]), batch_size=data["batch_size"], split=SplitConfig(**data["split"]),
+        streaming=True, cache_dir=data["cache_dir"],
+    )
+    _CLOCK.start()
+    dm.prepare_data()  # what `salience fit` runs first: the shard set, in two streaming passes
+    _CLOCK.stop()
+    parts = dm.shard_set.splits.values()
+    return {"rows": sum(p.rows for p in parts), "shards": sum(len(p.shards) for p in parts)}
+
+
+#: fields past this many distinct values are counted by sketches in ``quality`` (bounded memory)
+SKETCH_THRESHOLD = 100_000
+
+
+def _step_quality(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from selection.cli import quality_main
+
+    out = work / "quality.json"
+    code = quality_main([str(path), "--format", "criteo", "--no-progress", "--sketch-threshold", str(SKETCH_THRESHOLD),
+                         "--output", str(out)])
+    if code != 0:
+        raise RuntimeError(f"salience quality exited {code}")
+    return {"rows": int(json.loads(out.read_text()).get("rows") or 0)}
+
+
+def _step_outrank(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from selection.cli import rank_main
+
+    out = work / "outrank.json"
+    code = rank_main([str(path), "--method", "outrank", "--option", "ranking=relevance", "--format", "criteo", "--no-progress",
+                      "--output", str(out)])
+    if code != 0:
+        raise RuntimeError(f"salience rank exited {code}")
+    return {"rows": args.rows}
+
+
+class _StepTimer:
+    """Lightning callback: wall time of the training steps after ``warmup`` steps."""
+
+    def __new__(cls, warmup: int) -> Any:
+        from lightning.pytorch.callbacks import Callback
+
+        class StepTimer(Callback):
+            def __init__(self) -> None:
+                self.steps, self.start, self.seconds = 0, 0.0, 0.0
+
+            def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, idx: int) -> None:
+                if self.steps == warmup:
+                    self.start = time.perf_counter()
+
+            def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, idx: int) -> None:
+                self.steps += 1
+                if self.steps > warmup:
+                    self.seconds = time.perf_counter() - self.start
+
+        return StepTimer()
+
+
+def _step_train(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    from recsys.train.recipe import Recipe
+
+    timer = _StepTimer(args.warmup)
+    recipe = Recipe(_config(path, work, args.batch_size))
+    fit = recipe.fit(
+        tracking=False,
+        callbacks=[timer],
+        extra_args=[
+            f"--trainer.max_steps={args.warmup + args.steps}",
+            "--trainer.limit_val_batches=0",
+            "--trainer.limit_test_batches=0",
+            "--trainer.enable_checkpointing=false",
+        ],
+    )
+    timed = max(timer.steps - args.warmup, 0)
+    sparse = fit.datamodule.preprocessor.fitted_schema.sparse
+    rows = sum(int(f.num_embeddings or 0) for f in sparse)
+    return {
+        "rows": timed * args.batch_size,
+        "steps": timed,
+        "samples_per_s": round(timed * args.batch_size / timer.seconds, 1) if timer.seconds > 0 else None,
+        "embedding_rows": rows,
+        # fp32 weights plus the fused optimizer's per-row state (at most one float per weight)
+        "table_mb": round(sum(int(f.num_embeddings or 0) * f.embedding_dim for f in sparse) * 8 / 2**20, 1),
+    }
+
+
+def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Read every row of ``path`` with one engine (``args.engine``): rows read."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    from recsys.data.readers import CriteoReader
+    from recsys.data.readers.criteo import _COLUMNS, CRITEO_DENSE
+
+    engine = args.engine
+    types = {c: pa.string() for c in _COLUMNS} | {c: pa.int64() for c in CRITEO_DENSE}
+    read = pacsv.ReadOptions(column_names=_COLUMNS, block_size=1 << 26)
+    parse = pacsv.ParseOptions(delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True)
+    convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=False, null_values=[""])
+    n = 0
+    if engine == "blocks":
+        n = sum(len(chunk) for chunk in CriteoReader(str(path)).iter_chunks(262_144))
+    elif engine == "open_csv":
+        n = sum(b.num_rows for b in pacsv.open_csv(path, read_options=read, parse_options=parse, convert_options=convert))
+    elif engine == "dataset":
+        import pyarrow.dataset as ds
+
+        fmt = ds.CsvFileFormat(parse_options=parse, convert_options=convert, read_options=read)
+        n = sum(b.num_rows for b in ds.dataset(str(path), format=fmt).to_batches(batch_size=262_144))
+    elif engine == "polars":
+        import polars as pl
+
+        frame = pl.scan_csv(path, separator="\t", has_header=False, new_columns=list(_COLUMNS), quote_char=None,
+                            schema_overrides={c: pl.String for c in _COLUMNS if c not in CRITEO_DENSE})
+        n = int(frame.select(pl.len()).collect(engine="streaming").item()) if args.count_only else sum(
+            len(b) for b in frame.collect_batches(chunk_size=262_144))
+    elif engine == "duckdb":
+        import duckdb
+
+        names = ", ".join(f"'{c}': '{'BIGINT' if c in CRITEO_DENSE else 'VARCHAR'}'" for c in _COLUMNS)
+        con = duckdb.connect()
+        con.execute(f"SET threads TO {os.cpu_count() or 1}")
+        query = con.execute(f"SELECT * FROM read_csv('{path}', delim='\\t', header=false, quote='', columns={{{names}}})")
+        batches: Any = query.to_arrow_reader(262_144)
+        n = sum(b.num_rows for b in batches)
+    else:
+        raise ValueError(f"unknown engine {engine!r}; one of {ENGINES}")
+    return {"rows": n}
+
+
+_STEP_FUNCS = {"prepare": _step_prepare, "quality": _step_quality, "outrank": _step_outrank, "train": _step_train,
+               "engine": _step_engine}
+
+
+#: modules each step imports, loaded before its clock starts (import time is not the step's cost)
+_IMPORTS = {
+    "prepare": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.prepare_stream"),
+    "quality": ("selection.cli", "selection.quality", "selection.quality_stream", "selection.outrank_stream"),
+    "outrank": ("selection.cli", "selection", "selection.outrank_stream"),
+    "train": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
+    "engine": ("recsys.data.readers", "pyarrow.csv", "pyarrow.dataset"),
+}
+
+
+def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Run one step in this process: its result plus wall seconds, CPU seconds and peak RSS."""
+    import importlib
+
+    for module in _IMPORTS[step] + ((args.engine,) if step == "engine" and args.engine in ("polars", "duckdb") else ()):
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            return {"error": f"{module} is not installed (pip install -e .[bench])"}
+    _CLOCK.start()
+    out = _STEP_FUNCS[step](path, work, args)
+    if _CLOCK.end is None:
+        _CLOCK.stop()
+    assert _CLOCK.begin is not None and _CLOCK.end is not None and _CLOCK.cpu is not None and _CLOCK.cpu_end is not None
+    wall = _CLOCK.end - _CLOCK.begin
+    out.update(seconds=round(wall, 2), cpu_seconds=round(_CLOCK.cpu_end - _CLOCK.cpu, 2),
+               peak_rss_mb=round(_peak_rss_mb(), 1))
+    if step != "train" and out.get("rows"):
+        out["rows_per_s"] = round(out["rows"] / wall, 1)
+    return out
+
+
+def _run_child(step: str, path: Path, work: Path, args: argparse.Namespace, engine: str | None = None) -> dict[str, Any]:
+    """``measure_step`` in a fresh Python process (its own peak RSS); a failure is recorded, not raised."""
+    cmd = [sys.executable, "-m", "experiments.benchmarks.scale", "_step", step, "--file", str(path), "--work", str(work),
+           "--rows", str(args.size_rows),
+           "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+    if engine is not None:
+        cmd += ["--engine", engine]
+    log.info("%s%s on %s", step, f" ({engine})" if engine else "", path.name)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
+        return {"error": f"exit {proc.returncode}: " + " | ".join(tail)}
+    return dict(json.loads(lines[-1]))
+
+
+# ---------------------------------------------------------------------------------------------
+# the benchmark
+# ---------------------------------------------------------------------------------------------
+
+
+def _size_label(rows: int) -> str:
+    return f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else f"{rows // 1000}k"
+
+
+def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool) -> dict[str, Any]:
+    """Every step on one generated file of ``rows`` rows."""
+    path = work / f"criteo-{_size_label(rows)}.txt"
+    start = time.perf_counter()
+    if not path.exists():
+        write_criteo_tsv(path, rows, seed=args.seed)
+    entry: dict[str, Any] = {"rows": rows, "file_mb": round(path.stat().st_size / 2**20, 1),
+                             "generate_seconds": round(time.perf_counter() - start, 1), "steps": {}}
+    step_work = work / f"work-{_size_label(rows)}"
+    step_work.mkdir(exist_ok=True)
+    args.size_rows = rows
+    for step in args.steps_list:
+        entry["steps"][step] = _run_child(step, path, step_work, args)
+        log.info("  %s: %s", step, entry["steps"][step])
+    if engines:
+        entry["engines"] = {e: _run_child("engine", path, step_work, args, engine=e) for e in ENGINES}
+    if not args.keep_data:
+        path.unlink(missing_ok=True)
+        shutil.rmtree(step_work, ignore_errors=True)
+    return entry
+
+
+def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each target against the measurements (``met`` / ``NOT met`` / ``not measured``)."""
+    out: dict[str, Any] = {}
+    by_rows = {s["rows"]: s for s in sizes}
+    small, large = (by_rows[min(by_rows)], by_rows[max(by_rows)]) if by_rows else ({}, {})
+
+    def step(size: dict[str, Any], name: str) -> dict[str, Any]:
+        return dict(size.get("steps", {}).get(name) or {})
+
+    done = [s["rows"] for s in sizes if all("error" not in v for v in s["steps"].values())]
+    out["completes"] = {"largest_completed_rows": max(done) if done else None,
+                        "verdict": "met" if done and max(done) >= TARGETS["completes_at_rows"] else "NOT met"}
+    rss = {}
+    if large is not small:
+        for name in STEPS:
+            a, b = step(small, name), step(large, name)
+            if "peak_rss_mb" in a and "peak_rss_mb" in b:
+                allowed = TARGETS["peak_rss_ratio_vs_1m"] * a["peak_rss_mb"] + (b.get("table_mb") or 0.0)
+                rss[name] = {"small_mb": a["peak_rss_mb"], "large_mb": b["peak_rss_mb"], "allowed_mb": round(allowed, 1),
+                             "verdict": "met" if b["peak_rss_mb"] <= allowed else "NOT met"}
+    out["peak_rss"] = rss
+    for name, key in (("prepare", "prepare_rows_per_s"), ("outrank", "outrank_rows_per_s"), ("quality", "outrank_rows_per_s")):
+        rates = [float(r) for r in (step(s, name).get("rows_per_s") for s in sizes) if r]
+        if rates:
+            out[f"{name}_rows_per_s"] = {"min": min(rates), "target": TARGETS[key],
+                                         "verdict": "met" if min(rates) >= TARGETS[key] else "NOT met"}
+    first, last = step(small, "train").get("samples_per_s"), step(large, "train").get("samples_per_s")
+    if first and last and large is not small:
+        ratio = float(last) / float(first)
+        out["train_samples_per_s"] = {"small": first, "large": last, "ratio": round(ratio, 3),
+                                      "verdict": "met" if ratio >= 1 - TARGETS["train_samples_per_s_within"] else "NOT met"}
+    return out
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "# Scale: cost and memory against rows (Criteo-shaped synthetic TSV)",
+        "",
+        f"Command: `{result['command']}`  ",
+        f"Date: {result['date']}; hardware: {result['hardware']}",
+        "",
+        "| rows | file MB | step | wall s | rows/s (samples/s) | peak RSS MB |",
+        "|---:|---:|---|---:|---:|---:|",
+    ]
+    for size in result["sizes"]:
+        for name, m in size["steps"].items():
+            if "error" in m:
+                lines.append(f"| {size['rows']:,} | {size['file_mb']} | {name} | - | failed: {m['error'][:80]} | - |")
+                continue
+            rate = m.get("samples_per_s") if name == "train" else m.get("rows_per_s")
+            lines.append(f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | "
+                         f"{rate:,.0f} | {m['peak_rss_mb']:,.0f} |" if rate else
+                         f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | - | {m['peak_rss_mb']:,.0f} |")
+    engines = next((s["engines"] for s in result["sizes"] if s.get("engines")), None)
+    if engines:
+        lines += ["", f"Reading the {result['sizes'][0]['rows']:,}-row file, every row and column (no encoding):", "",
+                  "| engine | wall s | rows/s | peak RSS MB |", "|---|---:|---:|---:|"]
+        for name, m in engines.items():
+            if "error" in m:
+                lines.append(f"| {name} | - | {m['error'][:70]} | - |")
+            else:
+                lines.append(f"| {name} | {m['seconds']} | {m.get('rows_per_s', 0):,.0f} | {m['peak_rss_mb']:,.0f} |")
+    lines += ["", "## Targets", "", "| target | result | verdict |", "|---|---|---|"]
+    v = result["verdicts"]
+    lines.append(f"| completes at {TARGETS['completes_at_rows']:,} rows | largest completed: "
+                 f"{v['completes']['largest_completed_rows']} | {v['completes']['verdict']} |")
+    for name, r in v.get("peak_rss", {}).items():
+        lines.append(f"| {name} peak RSS <= 1.5x smallest (+ tables) | {r['large_mb']:,.0f} MB vs allowed "
+                     f"{r['allowed_mb']:,.0f} MB | {r['verdict']} |")
+    for name in ("prepare", "quality", "outrank"):
+        r = v.get(f"{name}_rows_per_s")
+        if r:
+            lines.append(f"| {name} >= {r['target']:,} rows/s | slowest size {r['min']:,.0f} rows/s | {r['verdict']} |")
+    r = v.get("train_samples_per_s")
+    if r:
+        lines.append(f"| train samples/s at largest within 10% of smallest | {r['large']:,.0f} vs {r['small']:,.0f} "
+                     f"(x{r['ratio']}) | {r['verdict']} |")
+    lines += ["", "![cost and memory against rows](scale.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
+    for name in STEPS:
+        pts = [(s["rows"], s["steps"][name]) for s in result["sizes"] if "error" not in s["steps"].get(name, {"error": 1})]
+        if not pts:
+            continue
+        rows = [p[0] for p in pts]
+        ax_t.plot(rows, [p[1]["seconds"] for p in pts], marker="o", label=name)
+        ax_m.plot(rows, [p[1]["peak_rss_mb"] for p in pts], marker="o", label=name)
+    for ax, title in ((ax_t, "wall seconds"), (ax_m, "peak RSS (MB)")):
+        ax.set_xscale("log")
+        ax.set_xlabel("rows")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.tight_layout()
+    atomic_savefig(fig, path, dpi=110)
+    plt.close(fig)
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command")
+    gen = sub.add_parser("generate", help="write one synthetic Criteo TSV (the benchmark's data)")
+    gen.add_argument("--rows", type=int, required=True)
+    gen.add_argument("--out", type=Path, required=True)
+    gen.add_argument("--seed", type=int, default=0)
+    child = sub.add_parser("_step", help=argparse.SUPPRESS)
+    child.add_argument("step", choices=list(_STEP_FUNCS))
+    child.add_argument("--file", type=Path, required=True)
+    child.add_argument("--work", type=Path, required=True)
+    child.add_argument("--engine", default=None)
+    child.add_argument("--count-only", action="store_true")
+    child.add_argument("--rows", type=int, default=0, help="rows of --file")
+    for p in (parser, child):
+        p.add_argument("--batch-size", type=int, default=2048)
+        p.add_argument("--steps", type=int, default=200, help="timed training steps")
+        p.add_argument("--warmup", type=int, default=20, help="training steps before the timing starts")
+    parser.add_argument("--rows", default="1000000,5000000,45000000", help="comma-separated sizes")
+    parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps, of: {', '.join(STEPS)}")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--no-engines", action="store_true", help="skip the engine comparison")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the data and shards go (default: a temp dir)")
+    parser.add_argument("--keep-data", action="store_true", help="keep each size's file and shards")
+    parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    parser.add_argument("--quick", action="store_true", help="smoke run: 20k rows, 5 steps (not a result)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    if args.command == "generate":
+        write_criteo_tsv(args.out, args.rows, seed=args.seed)
+        print(args.out)
+        return 0
+    if args.command == "_step":
+        print(json.dumps(measure_step(args.step, args.file.resolve(), args.work.resolve(), args)))
+        return 0
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    sizes: list[int] = list(QUICK_ROWS) if args.quick else [int(r) for r in args.rows.split(",") if r.strip()]
+    if args.quick:
+        args.steps, args.warmup = QUICK_STEPS, QUICK_WARMUP
+    args.steps_list = [s.strip() for s in args.only.split(",") if s.strip()]
+    unknown = sorted(set(args.steps_list) - set(STEPS))
+    if unknown:
+        raise SystemExit(f"--only: unknown step(s) {unknown}; of: {', '.join(STEPS)}")
+    result: dict[str, Any] = {**result_header("scale", argv, args.quick, TARGETS), "sizes": []}
+    name = "scale_quick" if args.quick else "scale"
+    start = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="salience-scale-", dir=args.work_dir) as tmp:
+        for i, rows in enumerate(sorted(sizes)):
+            result["sizes"].append(run_size(rows, Path(tmp), args, engines=(i == 0 and not args.no_engines)))
+            result["verdicts"] = verdicts(result["sizes"])
+            _write(result, args.output_dir, name)  # after every size: a long run keeps what it measured
+    result["seconds"] = round(time.perf_counter() - start, 1)
+    _write(result, args.output_dir, name)
+    print(to_markdown(result))
+    return 0
+
+
+def _write(result: dict[str, Any], out: Path, name: str) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(out / f"{name}.json", result)
+    atomic_write_text(out / f"{name}.md", to_markdown(result).replace("(scale.png)", f"({name}.png)"))
+    plot(result, out / f"{name}.png")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
