@@ -70,9 +70,33 @@ def require_dataset(data_dir: Path, name: str) -> Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def _empty_mlflow_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An empty MLflow sqlite store with every schema migration applied, made once per worker.
+
+    Creating a store runs MLflow's ~60 alembic migrations (seconds each time); tests start from
+    a copy of this one instead. Its default experiment's artifact folder is repointed per copy.
+    """
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    folder = tmp_path_factory.mktemp("mlflow-template")
+    store = SqlAlchemyStore(f"sqlite:///{folder / 'mlflow.db'}", str(folder / "mlruns"))
+    store.engine.dispose()
+    return folder / "mlflow.db"
+
+
 @pytest.fixture
-def tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Run in a fresh working directory (MLflow's sqlite:///mlflow.db lands there)."""
+def tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _empty_mlflow_db: Path) -> Path:
+    """Run in a fresh working directory, holding a fresh, empty ``mlflow.db`` (where MLflow's
+    default ``sqlite:///mlflow.db`` store lands)."""
+    import shutil
+    import sqlite3
+
+    db = tmp_path / "mlflow.db"
+    shutil.copyfile(_empty_mlflow_db, db)
+    with sqlite3.connect(db) as con:  # the default experiment's artifacts go under this test's folder
+        con.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (str(tmp_path / "mlruns" / "0"),))
+    con.close()
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     return tmp_path

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -315,8 +316,9 @@ def _size_label(rows: int) -> str:
     return f"{rows // 1_000_000}M" if rows % 1_000_000 == 0 else f"{rows // 1000}k"
 
 
-def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool) -> dict[str, Any]:
-    """Every step on one generated file of ``rows`` rows."""
+def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool,
+             publish: Callable[[dict[str, Any]], None] = lambda entry: None) -> dict[str, Any]:
+    """Every step on one generated file of ``rows`` rows; ``publish(entry)`` after each step."""
     path = work / f"criteo-{_size_label(rows)}.txt"
     start = time.perf_counter()
     if not path.exists():
@@ -329,8 +331,10 @@ def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool) -> 
     for step in args.steps_list:
         entry["steps"][step] = _run_child(step, path, step_work, args)
         log.info("  %s: %s", step, entry["steps"][step])
+        publish(entry)
     if engines:
         entry["engines"] = {e: _run_child("engine", path, step_work, args, engine=e) for e in ENGINES}
+        publish(entry)
     if not args.keep_data:
         path.unlink(missing_ok=True)
         shutil.rmtree(step_work, ignore_errors=True)
@@ -346,17 +350,22 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     def step(size: dict[str, Any], name: str) -> dict[str, Any]:
         return dict(size.get("steps", {}).get(name) or {})
 
-    done = [s["rows"] for s in sizes if all("error" not in v for v in s["steps"].values())]
-    out["completes"] = {"largest_completed_rows": max(done) if done else None,
-                        "verdict": "met" if done and max(done) >= TARGETS["completes_at_rows"] else "NOT met"}
+    done = [s for s in sizes if all("error" not in v for v in s["steps"].values())]
+    largest = max(done, key=lambda s: s["rows"]) if done else None
+    out["completes"] = {"largest_completed_rows": largest["rows"] if largest else None,
+                        "steps": sorted(largest["steps"]) if largest else [],
+                        "verdict": "met" if largest and largest["rows"] >= TARGETS["completes_at_rows"] else "NOT met"}
     rss = {}
-    if large is not small:
-        for name in STEPS:
-            a, b = step(small, name), step(large, name)
-            if "peak_rss_mb" in a and "peak_rss_mb" in b:
-                allowed = TARGETS["peak_rss_ratio_vs_1m"] * a["peak_rss_mb"] + (b.get("table_mb") or 0.0)
-                rss[name] = {"small_mb": a["peak_rss_mb"], "large_mb": b["peak_rss_mb"], "allowed_mb": round(allowed, 1),
-                             "verdict": "met" if b["peak_rss_mb"] <= allowed else "NOT met"}
+    for name in STEPS:  # the smallest and the largest size that measured this step
+        have = [s for s in sorted(sizes, key=lambda s: s["rows"]) if "peak_rss_mb" in step(s, name)]
+        if len(have) >= 2:
+            a, b = step(have[0], name), step(have[-1], name)
+            # "plus the embedding tables' own size": the tables of that size's model (its train step)
+            tables = float(step(have[-1], "train").get("table_mb") or 0.0)
+            allowed = TARGETS["peak_rss_ratio_vs_1m"] * a["peak_rss_mb"] + tables
+            rss[name] = {"small_rows": have[0]["rows"], "large_rows": have[-1]["rows"], "small_mb": a["peak_rss_mb"],
+                         "large_mb": b["peak_rss_mb"], "table_mb": tables, "allowed_mb": round(allowed, 1),
+                         "verdict": "met" if b["peak_rss_mb"] <= allowed else "NOT met"}
     out["peak_rss"] = rss
     for name, key in (("prepare", "prepare_rows_per_s"), ("outrank", "outrank_rows_per_s"), ("quality", "outrank_rows_per_s")):
         rates = [float(r) for r in (step(s, name).get("rows_per_s") for s in sizes) if r]
@@ -372,10 +381,11 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    commands = [*result.get("earlier_commands", []), result["command"]]
     lines = [
         "# Scale: cost and memory against rows (Criteo-shaped synthetic TSV)",
         "",
-        f"Command: `{result['command']}`  ",
+        *[f"Command: `{c}`  " for c in commands],
         f"Date: {result['date']}; hardware: {result['hardware']}",
         "",
         "| rows | file MB | step | wall s | rows/s (samples/s) | peak RSS MB |",
@@ -401,10 +411,12 @@ def to_markdown(result: dict[str, Any]) -> str:
                 lines.append(f"| {name} | {m['seconds']} | {m.get('rows_per_s', 0):,.0f} | {m['peak_rss_mb']:,.0f} |")
     lines += ["", "## Targets", "", "| target | result | verdict |", "|---|---|---|"]
     v = result["verdicts"]
-    lines.append(f"| completes at {TARGETS['completes_at_rows']:,} rows | largest completed: "
-                 f"{v['completes']['largest_completed_rows']} | {v['completes']['verdict']} |")
+    c = v["completes"]
+    lines.append(f"| completes at {TARGETS['completes_at_rows']:,} rows | largest run without a failure: "
+                 f"{c['largest_completed_rows'] or 0:,} rows ({', '.join(c.get('steps', []))}) | {c['verdict']} |")
     for name, r in v.get("peak_rss", {}).items():
-        lines.append(f"| {name} peak RSS <= 1.5x smallest (+ tables) | {r['large_mb']:,.0f} MB vs allowed "
+        lines.append(f"| {name} peak RSS at {r.get('large_rows', 0):,} rows <= 1.5x that at {r.get('small_rows', 0):,} "
+                     f"+ the tables ({r.get('table_mb', 0):,.0f} MB) | {r['large_mb']:,.0f} MB vs allowed "
                      f"{r['allowed_mb']:,.0f} MB | {r['verdict']} |")
     for name in ("prepare", "quality", "outrank"):
         r = v.get(f"{name}_rows_per_s")
@@ -467,8 +479,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-engines", action="store_true", help="skip the engine comparison")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the data and shards go (default: a temp dir)")
     parser.add_argument("--keep-data", action="store_true", help="keep each size's file and shards")
+    parser.add_argument("--merge", action="store_true",
+                        help="add these sizes to the existing results (other sizes keep their numbers and command)")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="smoke run: 20k rows, 5 steps (not a result)")
+    parser.add_argument("--render", type=Path, default=None,
+                        help="only recompute the verdicts of this results JSON and rewrite its markdown and plot")
     return parser.parse_args(argv)
 
 
@@ -481,6 +497,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "_step":
         print(json.dumps(measure_step(args.step, args.file.resolve(), args.work.resolve(), args)))
         return 0
+    if args.render is not None:
+        saved = json.loads(args.render.read_text())
+        saved["verdicts"] = verdicts(saved["sizes"])
+        _write(saved, args.render.parent, args.render.stem)
+        return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     sizes: list[int] = list(QUICK_ROWS) if args.quick else [int(r) for r in args.rows.split(",") if r.strip()]
     if args.quick:
@@ -489,14 +510,40 @@ def main(argv: list[str] | None = None) -> int:
     unknown = sorted(set(args.steps_list) - set(STEPS))
     if unknown:
         raise SystemExit(f"--only: unknown step(s) {unknown}; of: {', '.join(STEPS)}")
-    result: dict[str, Any] = {**result_header("scale", argv, args.quick, TARGETS), "sizes": []}
+    shown = list(argv) if argv is not None else sys.argv[1:]
+    if "--work-dir" in shown:  # a scratch folder of this machine: not part of the result's identity
+        i = shown.index("--work-dir")
+        del shown[i:i + 2]
+    result: dict[str, Any] = {**result_header("scale", shown, args.quick, TARGETS), "sizes": []}
     name = "scale_quick" if args.quick else "scale"
+    earlier: dict[int, dict[str, Any]] = {}
+    if args.merge and (args.output_dir / f"{name}.json").is_file():
+        previous = json.loads((args.output_dir / f"{name}.json").read_text())
+        result["earlier_commands"] = [c for c in [*previous.get("earlier_commands", []), previous.get("command")] if c]
+        for size in previous.get("sizes", []):  # each earlier step keeps its numbers and the command that made them
+            for measured_step in size["steps"].values():
+                measured_step.setdefault("command", size.get("command", result["earlier_commands"][-1]))
+            size.pop("command", None)
+            earlier[size["rows"]] = size
+    current: dict[int, dict[str, Any]] = {}
+
+    def publish(entry: dict[str, Any]) -> None:
+        """Merge ``entry`` (this run's steps of one size) over the earlier ones and write the results."""
+        old = earlier.get(entry["rows"], {})
+        for measured_step in entry["steps"].values():
+            measured_step.setdefault("command", result["command"])
+        merged = {**old, **entry, "steps": {**old.get("steps", {}), **entry["steps"]}}
+        if "engines" not in entry and "engines" in old:
+            merged["engines"] = old["engines"]
+        current[entry["rows"]] = merged
+        result["sizes"] = sorted({**earlier, **current}.values(), key=lambda s: s["rows"])
+        result["verdicts"] = verdicts(result["sizes"])
+        _write(result, args.output_dir, name)  # after every step: a long run keeps what it measured
+
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="salience-scale-", dir=args.work_dir) as tmp:
         for i, rows in enumerate(sorted(sizes)):
-            result["sizes"].append(run_size(rows, Path(tmp), args, engines=(i == 0 and not args.no_engines)))
-            result["verdicts"] = verdicts(result["sizes"])
-            _write(result, args.output_dir, name)  # after every size: a long run keeps what it measured
+            publish(run_size(rows, Path(tmp), args, engines=(i == 0 and not args.no_engines), publish=publish))
     result["seconds"] = round(time.perf_counter() - start, 1)
     _write(result, args.output_dir, name)
     print(to_markdown(result))

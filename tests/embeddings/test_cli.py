@@ -91,6 +91,7 @@ def test_uniform_under_a_budget_untracked_reuses_an_identical_reference(
     tmp_cwd: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     cfg = _config(tmp_cwd)  # the tiny config's own dims are 8
+    (tmp_cwd / "mlflow.db").unlink()  # --no-tracking must not make a store
     argv = ["dims", "--config", str(cfg), "--method", "uniform", "--budget", "0.5x16", "--reference", "config",
             "--no-tracking", "--", "--trainer.max_epochs=1"]
     assert main(argv) == 0
@@ -103,7 +104,7 @@ def test_uniform_under_a_budget_untracked_reuses_an_identical_reference(
     searched, reference = summary["points"]
     assert set(searched["dims"].values()) == {8} and searched["dims"] == reference["dims"]
     assert searched["test_auc"] == reference["test_auc"] and summary["summary"]["parameter_ratio"] == 1.0  # one fit
-    assert not (tmp_cwd / "mlflow.db").exists()
+    assert not (tmp_cwd / "mlflow.db").exists()  # no store made: the test removed tmp_cwd's empty one
 
 
 def test_bad_method_budget_and_options(tmp_cwd: Path) -> None:

@@ -151,6 +151,7 @@ def test_crash_marks_the_mlflow_run_failed(tmp_cwd: Path, monkeypatch: pytest.Mo
 
 def test_mlflow_tracking_uri_env_overrides_default(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     uri = f"sqlite:///{tmp_cwd}/elsewhere.db"
+    (tmp_cwd / "mlflow.db").unlink()  # (tmp_cwd's empty default store) must not be made again
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
     SalienceCLI(args=fit_args(tmp_cwd, "--after_fit.export", "false", epochs=1))
     assert (tmp_cwd / "elsewhere.db").exists() and not (tmp_cwd / "mlflow.db").exists()
