@@ -29,17 +29,18 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback
+from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from recsys.data.raw import DataError
 from recsys.data.schema import SchemaError
-from recsys.io import atomic_write_json
+from recsys.io import atomic_path, atomic_write_json
 from recsys.tracking import MlflowTracking, end_status, process_alive, process_identity
 from recsys.trainer_attrs import model_checkpoint, model_checkpoints, trainer_callbacks
 from recsys.train.datamodule import CTRDataModule
 from recsys.train.module import RankingTask
 
-__all__ = ["FitState", "SalienceCLI", "TrackedCLI", "run_cli"]
+__all__ = ["FileCheckpointIO", "FitState", "SalienceCLI", "TrackedCLI", "run_cli"]
 
 log = logging.getLogger(__name__)
 
@@ -143,12 +144,36 @@ class FitState(Callback):
         self._write(trainer, **(self.state | {"status": "finished"}))
 
 
+class FileCheckpointIO(TorchCheckpointIO):
+    """Lightning's checkpoint writer, writing local checkpoints straight to a file.
+
+    Lightning's own serialises the whole checkpoint into memory first (``io.BytesIO``) and then
+    writes the buffer, so every save holds the checkpoint twice in RAM: with embedding tables of
+    gigabytes, that is the fit's peak memory. This one ``torch.save``-s into a temporary file in
+    the checkpoint's folder and renames it into place (a crash still never leaves a half-written
+    checkpoint). Remote paths (``scheme://``) keep Lightning's way.
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any, storage_options: Any | None = None) -> None:
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        with atomic_path(path) as tmp:
+            torch.save(checkpoint, tmp)
+
+
 class TrackedCLI(LightningCLI):
     """LightningCLI whose MLflow run (the ``tracking`` callback) gets the resolved config and
     stays open across ``fit`` -> test -> export; :meth:`after_fit` runs those and finishes it
     (subclasses say whether they can test and export, and how to export)."""
 
     fit_state: FitState  # the run folder's, set by :meth:`fit`
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list[Callback]) -> pl.Trainer:
+        trainer = super()._instantiate_trainer(config, callbacks)
+        if type(trainer.strategy.checkpoint_io) is TorchCheckpointIO:  # not one the config chose
+            trainer.strategy.checkpoint_io = FileCheckpointIO()
+        return trainer
 
     @property
     def subcommand_config(self) -> Any:

@@ -312,3 +312,18 @@ def test_validate_and_test_reproduce_the_fit_metrics(
         cli.trainer.callback_metrics["test_auc"]
     )
     assert float(again.trainer.callback_metrics[key]) == pytest.approx(expected, abs=1e-6)
+
+
+def test_checkpoints_are_written_straight_to_a_file(fitted: tuple[SalienceCLI, Path], tmp_path: Path) -> None:
+    """Lightning's default writer serialises a checkpoint into memory first (the fit's peak with
+    large tables); the CLI's trainer writes it to a temporary file renamed into place."""
+    from recsys.train.cli import FileCheckpointIO
+
+    cli, root = fitted
+    assert isinstance(cli.trainer.strategy.checkpoint_io, FileCheckpointIO)
+    assert list(root.rglob("*.ckpt")) and not list(root.rglob(".*.tmp"))  # whole checkpoints, no leftovers
+    path = tmp_path / "sub" / "x.ckpt"
+    FileCheckpointIO().save_checkpoint({"w": torch.arange(6.0), "note": "n"}, path)
+    loaded = torch.load(path, weights_only=True)
+    assert torch.equal(loaded["w"], torch.arange(6.0)) and loaded["note"] == "n"
+    assert sorted(p.name for p in path.parent.iterdir()) == ["x.ckpt"]

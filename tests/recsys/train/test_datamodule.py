@@ -61,6 +61,24 @@ def test_same_data_loads_and_changed_data_is_refused(tmp_path: Path) -> None:
     _datamodule(*_write(tmp_path / "old")).load_state_dict({})  # a checkpoint without encoders: nothing to check
 
 
+def test_checkpoint_holds_the_encoders_as_one_json_string_and_still_reads_the_older_dict(tmp_path: Path) -> None:
+    import json
+
+    from recsys.train.datamodule import saved_preprocessor_state
+
+    dm = _datamodule(*_write(tmp_path / "a"))
+    state = dm.state_dict()
+    assert isinstance(state["preprocessor_json"], str) and "preprocessor" not in state  # one object to pickle
+    expected = json.loads(json.dumps(dm.preprocessor.state_dict()))
+    assert saved_preprocessor_state(state) == expected
+    older = {"preprocessor": dm.preprocessor.state_dict(), "summary": state["summary"]}  # checkpoints written before
+    assert saved_preprocessor_state(older) == dm.preprocessor.state_dict()
+    _datamodule(*_write(tmp_path / "same")).load_state_dict(older)
+    with pytest.raises(ValueError, match=r"vocabulary of 'user'"):
+        _datamodule(*_write(tmp_path / "flipped", flip_users=True)).load_state_dict(older)
+    assert saved_preprocessor_state({"summary": {}}) is None
+
+
 def test_resume_on_changed_data_is_refused_naming_the_checkpoint(tmp_cwd: Path) -> None:
     csv, schema = _write(tmp_cwd / "data")
     SalienceCLI(args=_csv_fit_args(tmp_cwd, csv, schema, 1))
