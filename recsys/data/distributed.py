@@ -61,11 +61,10 @@ from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
-from recsys.data.shards import FORMAT, FORMAT_VERSION, MANIFEST, ShardError, ShardInfo, ShardSet, ShardWriter, concat_encoded
+from recsys.data.shards import FORMAT, FORMAT_VERSION, MANIFEST, ShardError, ShardInfo, ShardSet, ShardWriter
 from recsys.data.spill import SpillFolder, SpilledChunk, encode_spilled, spill_chunk
 from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode, _show, _TimeOrder, _where, rows_by_split
 from recsys.data.stream import ChunkEncoder, DenseMoments, StreamingFit
-from recsys.io import file_sha256
 
 __all__ = ["dask_cache_folder", "partitions", "prepare_shards_distributed"]
 
@@ -239,26 +238,11 @@ class _PartWriter(ShardWriter):
 
     def __init__(self, build: Path, prefix: str, rows_per_shard: int) -> None:  # no temporary folder of its own
         self.folder = self.tmp = build
-        self.prefix = prefix
+        self.shard_prefix = f"{prefix}-"
         self.rows_per_shard = int(rows_per_shard)
         self._pending: dict[str, list[EncodedData]] = {}
         self._shards: dict[str, list[ShardInfo]] = {}
         self._done = True
-
-    def _write(self, split: str, data: EncodedData) -> None:
-        shards = self._shards[split]
-        rel = f"{split}/{self.prefix}-{len(shards):05d}.npz"
-        path = self.tmp / rel
-        data.save(path)
-        shards.append(ShardInfo(rel, len(data), path.stat().st_size, file_sha256(path)))
-
-    def close(self) -> dict[str, list[ShardInfo]]:
-        """Write the partial shards; the shards of every split, in order."""
-        for split, pending in self._pending.items():
-            if pending:
-                self._write(split, concat_encoded(pending))
-                pending.clear()
-        return self._shards
 
 
 @dataclass
@@ -296,7 +280,7 @@ def _pass2(part: _Part, job: _Job, chunks: int, pre: Preprocessor) -> _Written:
             labels[name].add(data.labels)
             _add_stats(stats[name], data.stats)
         rows += len(spilled)
-    shards = writer.close()
+    shards = writer.flush()
     shutil.rmtree(folder, ignore_errors=True)
     return _Written(part.index, rows, shards, labels, stats)
 

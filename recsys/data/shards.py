@@ -208,19 +208,28 @@ class ShardWriter:
             rest = whole.take(np.arange(self.rows_per_shard, len(whole)))
             pending[:] = [rest] if len(rest) else []
 
+    #: prefix of the shard file names, ``<split>/<prefix><n>.npz`` (writers sharing one folder differ by it)
+    shard_prefix = ""
+
     def _write(self, split: str, data: EncodedData) -> None:
         shards = self._shards[split]
-        rel = f"{split}/{len(shards):05d}.npz"
+        rel = f"{split}/{self.shard_prefix}{len(shards):05d}.npz"
         path = self.tmp / rel
         data.save(path)
         shards.append(ShardInfo(rel, len(data), path.stat().st_size, file_sha256(path)))
 
-    def finish(self, preprocessor: Preprocessor, summary: Mapping[str, Any] | None = None) -> ShardSet:
-        """Flush the partial shards, write the preprocessor and the manifest, and move the set
-        into place (replacing an older set in ``folder``)."""
+    def flush(self) -> dict[str, list[ShardInfo]]:
+        """Write the partial shards; returns the shards of every split, in order."""
         for split, pending in self._pending.items():
             if pending:
                 self._write(split, concat_encoded(pending))
+                pending.clear()
+        return self._shards
+
+    def finish(self, preprocessor: Preprocessor, summary: Mapping[str, Any] | None = None) -> ShardSet:
+        """Flush the partial shards, write the preprocessor and the manifest, and move the set
+        into place (replacing an older set in ``folder``)."""
+        self.flush()
         preprocessor.save(self.tmp / "preprocessor.json")
         manifest = {
             "format": FORMAT,

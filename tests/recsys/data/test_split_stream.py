@@ -5,7 +5,6 @@ view, and the bounded raw sample of one split (:mod:`recsys.data.raw_sample`).""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
@@ -27,12 +26,7 @@ ROWS = 3000
 SPLIT = SplitConfig(train=0.8, val=0.1, test=0.1, seed=42)
 
 
-@pytest.fixture(autouse=True)
-def one_thread() -> Any:
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from tests.recsys.train.test_streaming import one_thread  # noqa: E402,F401 - autouse: one intra-op thread
 
 
 @pytest.fixture(scope="module")
