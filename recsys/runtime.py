@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-__all__ = ["Terminated", "configure_logging", "exit_distributed", "sigterm_raises"]
+__all__ = ["Terminated", "configure_logging", "exit_distributed", "release_freed_memory", "sigterm_raises"]
 
 
 def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
@@ -95,3 +95,22 @@ def sigterm_raises() -> Iterator[None]:
         raise
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def release_freed_memory() -> bool:
+    """Hand the C heap's freed pages back to the operating system (glibc ``malloc_trim``).
+
+    Freed tensors below glibc's mmap threshold (which grows up to 32 MB as large blocks are
+    freed) stay in the process heap, so a short-lived copy of many embedding tables keeps its
+    memory in the RSS after it is gone. Returns False where there is no glibc (nothing to do).
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if not name or not sys.platform.startswith("linux"):
+        return False
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0))
+    except (OSError, AttributeError):  # musl and others have no malloc_trim
+        return False

@@ -7,33 +7,62 @@ Methods (each an :class:`ImportanceMethod` returning an :class:`ImportanceReport
   rows, with redundancy, the greedy "combined relevance" ranking, noise controls and a
   label-copy leakage check (``selection.quality.data_quality`` for the data-quality report);
 * :class:`PermutationImportance`: the classic baseline, one field shuffled at the seam;
-* :class:`LeAP`: learnable adaptive permutation, one training run with a gate per field.
+* :class:`LeAP`: learnable adaptive permutation, one training run with a gate per field;
+* the shallow baselines of ERASE on the encoded training rows (:mod:`selection.tabular`):
+  :class:`LassoImportance`, :class:`GBDTImportance`, :class:`RandomForestImportance`,
+  :class:`LightGBMImportance`;
+* the gate-based baselines of ERASE, one fit each (:mod:`selection.seam_selector`): :class:`AutoField`
+  (keep/drop logits learned on validation batches), :class:`AdaFS` (instance-wise softmax
+  controller) and :class:`LPFS` (LPFS++ smoothed-L0 gates);
+* the sensitivity baselines of ERASE at the seam (:mod:`selection.sensitivity`): :class:`SHARK`
+  (first-order Taylor score on a trained model) and :class:`SFS` (mask gradients at
+  initialisation).
 
 :func:`selection_curve` retrains on the top-k features for each k against random rankings.
 """
 
+from selection.adafs import AdaFS, AdaFSSeam
+from selection.autofield import AutoField, AutoFieldSeam
 from selection.base import ImportanceMethod, RandomRanking, feature_widths, get_method, method_names
 from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, selection_curve
+from selection.gbdt import GBDTImportance
+from selection.lasso import LassoImportance
 from selection.leap import LeAP, LeAPRegularizer, LeAPSeam
+from selection.lpfs import LPFS, LPFSSeam
+from selection.lightgbm_importance import LightGBMImportance
 from selection.outrank import OutRank
 from selection.permutation import FieldShuffle, PermutationImportance, permutation_importance
 from selection.quality import QualityReport, data_quality
+from selection.random_forest import RandomForestImportance
 from selection.report import FeatureImportance, ImportanceReport
+from selection.sensitivity import SFS, SHARK
 
 __all__ = [
+    "AdaFS",
+    "AdaFSSeam",
+    "AutoField",
+    "AutoFieldSeam",
     "CurvePoint",
     "FeatureImportance",
     "FieldShuffle",
     "FitCache",
+    "GBDTImportance",
     "ImportanceMethod",
     "ImportanceReport",
+    "LPFS",
+    "LPFSSeam",
+    "LassoImportance",
     "LeAP",
     "LeAPRegularizer",
     "LeAPSeam",
+    "LightGBMImportance",
     "OutRank",
     "PermutationImportance",
     "QualityReport",
+    "RandomForestImportance",
     "RandomRanking",
+    "SFS",
+    "SHARK",
     "SelectionCurve",
     "aukc",
     "data_quality",

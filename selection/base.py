@@ -21,7 +21,9 @@ from recsys.registry import Registered
 from recsys.train.recipe import Recipe
 from selection.report import ImportanceReport
 
-__all__ = ["ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "screen_leakage"]
+__all__ = [
+    "ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage", "trained_schema",
+]
 
 class ImportanceMethod(Registered, ABC):
     """Ranks the features of a recipe.
@@ -32,6 +34,9 @@ class ImportanceMethod(Registered, ABC):
 
     kind: ClassVar[str] = "importance method"
     _registry: ClassVar[dict[str, type[Registered]]] = {}
+    #: a reference ranking that reads no signal (the random baseline): kept out of the contract
+    #: that every method recovers planted features
+    baseline: ClassVar[bool] = False
 
     @abstractmethod
     def rank(self, recipe: Recipe) -> ImportanceReport:
@@ -62,6 +67,31 @@ def screen_leakage(recipe: Recipe, threshold: float = 0.9) -> dict[str, str]:
     return scores.leakage(threshold)
 
 
+def method_report(
+    method: ImportanceMethod, recipe: Recipe, scores: dict[str, float], start: float,
+    excluded: dict[str, str] | None = None, extras: dict[str, Any] | None = None,
+) -> ImportanceReport:
+    """The report of ``scores`` (seam fields or features of ``recipe``) for ``method``: widths and
+    kinds from the recipe's schema, features without a score listed as excluded, cost counted
+    from ``start`` (a ``time.perf_counter()`` value)."""
+    schema = trained_schema(recipe)
+    widths = feature_widths(schema)
+    out = dict(excluded or {})
+    out.update({f: "not a seam field of the model" for f in schema.names if f not in scores and f not in out})
+    return ImportanceReport.from_scores(
+        method.name, scores, widths={f: widths.get(f, 1) for f in scores},
+        kinds={f.name: f.kind.value for f in schema.features}, config=method.describe(),
+        cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, excluded=out, extras=dict(extras or {}),
+    )
+
+
+def trained_schema(recipe: Recipe) -> Schema:
+    """The recipe's fitted schema with its ``data.embedding_dims`` applied: the widths its
+    models train with."""
+    dims = getattr(recipe.datamodule, "embedding_dims", None)
+    return recipe.schema.with_dims(dims) if dims else recipe.schema
+
+
 def feature_widths(schema: Schema) -> dict[str, int]:
     """Width each feature occupies at the seam: embedding dim if sparse, 1 if dense."""
     return {f.name: (1 if f.kind is FeatureKind.DENSE else int(f.embedding_dim)) for f in schema.features}
@@ -76,6 +106,7 @@ class RandomRanking(ImportanceMethod):
     """
 
     name: ClassVar[str] = "random"
+    baseline: ClassVar[bool] = True
     seed: int = 0
 
     def rank(self, recipe: Recipe) -> ImportanceReport:

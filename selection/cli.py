@@ -32,12 +32,21 @@ __all__ = ["quality_main", "rank_main", "select_main"]
 log = logging.getLogger(__name__)
 
 
-def _method_args(parser: argparse.ArgumentParser, config_required: bool = True) -> None:
-    from selection.base import method_names
+def _selectors() -> list[str]:
+    """Registered methods that read signal (every one but the random baseline)."""
+    from selection.base import ImportanceMethod, method_names
 
+    return [m for m in method_names() if not ImportanceMethod.registered_class(m).baseline]
+
+
+def _method_args(parser: argparse.ArgumentParser, config_required: bool = True, allow_all: bool = False) -> None:
     parser.add_argument("--config", required=config_required, help="a `salience fit` config (data + backbone + trainer)")
-    parser.add_argument("--method", required=True, choices=[m for m in method_names() if m != "random"],
-                        help="importance method")
+    if allow_all:
+        parser.add_argument("--method", required=True, metavar="METHOD",
+                            help=f"importance method, of {_selectors()}; 'all' (every one) or a comma-separated list "
+                            "compares them side by side")
+    else:
+        parser.add_argument("--method", required=True, choices=_selectors(), help="importance method")
     parser.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                         help="method setting, e.g. --option penalty=0.01 (repeatable)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
@@ -172,7 +181,7 @@ def select_main(argv: Sequence[str]) -> int:
         description="Rank features, retrain on the top-k for each k, draw the curve against random rankings, "
         "and write the reduced config.",
     )
-    _method_args(parser)
+    _method_args(parser, allow_all=True)
     parser.add_argument("--k", default="all", help="kept-feature counts, e.g. 2,4,8 (default: powers of two)")
     parser.add_argument("--report", default=None, help="reuse a saved ranking (JSON from `salience rank`) instead of ranking")
     parser.add_argument("--random-seeds", type=int, default=3, help="random rankings drawn on the same plot")
@@ -185,6 +194,12 @@ def select_main(argv: Sequence[str]) -> int:
     from selection.curve import FitCache, parse_ks, selection_curve
     from selection.report import ImportanceReport
 
+    names = _selectors() if args.method == "all" else [m.strip() for m in args.method.split(",") if m.strip()]
+    unknown = [m for m in names if m not in _selectors()]
+    if unknown or not names:
+        parser.error(f"--method: unknown {unknown or args.method!r}; choose from {_selectors()}, 'all' or a comma-separated list")
+    if len(names) > 1 or args.method == "all":
+        return _select_all(args, overrides, names)
     method, recipe = _build(args, overrides, Path("runs") / "select" / "fits")
     out = Path(args.output or Path("runs") / "select" / f"{recipe.dataset_name}-{args.method}")
     tracker = _tracker(recipe, f"select-{args.method}", not args.no_tracking)
@@ -208,10 +223,11 @@ def select_main(argv: Sequence[str]) -> int:
         from recsys.io import atomic_write_text
 
         reduced = report.reduced_config(recipe.config, k_star)
-        header = (f"# Reduced config: top-{k_star} features by {args.method} "
-                  f"(test AUC {next(p.test_auc for p in curve.points if p.k == k_star):.4f} vs "
-                  f"{curve.full.test_auc:.4f} with all {curve.full.k}).\n# Written by: salience select --config {args.config} "
-                  f"--method {args.method} --k {args.k}\n")
+        chosen = next(p for p in curve.points if p.k == k_star)
+        header = (f"# Reduced config: top-{k_star} features by {args.method}, k chosen on validation "
+                  f"(validation AUC {chosen.best_val_auc:.4f} vs {curve.full.best_val_auc:.4f} with all {curve.full.k}; "
+                  f"test AUC {chosen.test_auc:.4f} vs {curve.full.test_auc:.4f}).\n"
+                  f"# Written by: salience select --config {args.config} --method {args.method} --k {args.k}\n")
         atomic_write_text(out / "reduced_config.yaml", header + yaml.safe_dump(reduced, sort_keys=False))
         if tracker is not None:
             tracker.log_artifact(out / "reduced_config.yaml", "selection")
@@ -220,14 +236,57 @@ def select_main(argv: Sequence[str]) -> int:
     print()
     print(curve.to_markdown())
     print(
-        f"\nAUKC {s['aukc']:.4f} vs random {s['random_aukc_mean']:.4f} (+/- {s['random_aukc_std']:.4f}); "
-        f"all {curve.full.k} features: test AUC {curve.full.test_auc:.4f}; smallest k within {args.tolerance:g}: "
-        f"{curve.smallest_k}"
+        f"\nAUKC: validation {s['val_aukc']:.4f}, test {s['aukc']:.4f} vs random {s['random_aukc_mean']:.4f} "
+        f"(+/- {s['random_aukc_std']:.4f}); all {curve.full.k} features: validation AUC {curve.full.best_val_auc:.4f}, "
+        f"test AUC {curve.full.test_auc:.4f}; smallest k within {args.tolerance:g} on validation (the choice): "
+        f"{curve.smallest_k} (on test, reported only: {curve.smallest_k_test})"
     )
     print(f"wrote {out}/report.json, curve.json, curve.png, reduced_config.yaml (k={k_star})")
     if tracker is not None:
         print(f"MLflow run: {tracker.run_id} (nested runs: one per retrained model)")
     return 0
+
+
+def _all_methods(names: list[str], options: list[str]) -> dict[str, Any]:
+    """The selectors ``names``, each with its ``--option METHOD.KEY=VALUE`` settings."""
+    from selection.base import get_method
+
+    per: dict[str, list[str]] = {}
+    for item in options:
+        name, _, rest = item.partition(".")
+        if not rest or "=" not in rest or name not in names:
+            raise SystemExit(f"--option with several methods takes METHOD.KEY=VALUE (METHOD one of {names}), got {item!r}")
+        per.setdefault(name, []).append(rest)
+    try:
+        return {name: get_method(name, **parse_options(per.get(name, []))) for name in names}
+    except TypeError as e:
+        raise SystemExit(f"--option: {e}") from None
+
+
+def _select_all(args: argparse.Namespace, overrides: list[str], names: list[str]) -> int:
+    """``select --method all`` (or a list): each selector's ranking and curve, one comparison table and plot."""
+    from recsys.train.recipe import Recipe
+    from selection.compare import compare_methods
+    from selection.curve import parse_ks
+
+    if args.report:
+        raise SystemExit("--report reuses one ranking; it does not combine with --method all")
+    methods = _all_methods(names, args.option)
+    recipe = Recipe(args.config, overrides, workdir=Path("runs") / "select" / "fits", quiet=True)
+    label = "all" if args.method == "all" else "-".join(names)
+    out = Path(args.output or Path("runs") / "select" / f"{recipe.dataset_name}-{label}")
+    tracker = _tracker(recipe, f"select-{label}", not args.no_tracking)
+    recipe.parent_run_id = tracker.run_id if tracker is not None else None
+    with tracker if tracker is not None else nullcontext():
+        ks = parse_ks(args.k, len(recipe.schema.names))
+        comparison = compare_methods(recipe, methods, ks, random_seeds=range(args.random_seeds),
+                                     tolerance=args.tolerance, tracker=tracker)
+        comparison.save(out)
+    print(comparison.to_markdown())
+    print(f"\nwrote {out}/comparison.md, comparison.json, comparison.png and <method>/report.json, curve.json")
+    if tracker is not None:
+        print(f"MLflow run: {tracker.run_id} (nested runs: every ranking fit and retrained model)")
+    return 1 if comparison.failed and not comparison.curves else 0
 
 
 def quality_main(argv: Sequence[str]) -> int:

@@ -1,13 +1,18 @@
 """The selection curve: retrain on the top-k features for each k and measure what is lost.
 
 A ranking is only as good as the smaller model it buys. For each k in a grid, the backbone
-is retrained from scratch on the top-k features of the ranking and evaluated on the test
-split; the same is done for several random rankings. Summaries:
+is retrained from scratch on the top-k features of the ranking; each model's validation AUC
+(its best checkpoint's) and test AUC are recorded; the same is done for several random
+rankings. The protocol is leak-free: k is *chosen* on the validation split
+(:attr:`SelectionCurve.smallest_k`), and the test split is read once per model and reported,
+never used to choose. Summaries, on both splits and labelled so:
 
-* **AUKC** (ERASE's metric, KDD'24): the area under the test-AUC-vs-k curve, divided by the
-  k range, so it reads in AUC units (the mean AUC over the k range, trapezoid rule).
-* **smallest k within tolerance**: the smallest k whose test AUC is at least the
-  all-features model's minus ``tolerance``.
+* **AUKC** (ERASE's metric, KDD'24): the area under the AUC-vs-k curve, divided by the k
+  range, so it reads in AUC units (the mean AUC over the k range, trapezoid rule): ``aukc`` on
+  test, ``val_aukc`` on validation.
+* **smallest k within tolerance** (the choice): the smallest k whose validation AUC is at
+  least the all-features model's minus ``tolerance``; ``smallest_k_test`` is the same rule on
+  test, for reference only.
 
 Every fit is an ordinary tracked ``salience fit`` run, nested under one parent MLflow run per
 curve. Fits are memoised by feature set, so the all-features model (and any subset two
@@ -147,7 +152,13 @@ class SelectionCurve:
 
     @property
     def aukc(self) -> float:
+        """AUKC of the test AUCs."""
         return aukc([p.k for p in self.points], [p.test_auc for p in self.points])
+
+    @property
+    def val_aukc(self) -> float:
+        """AUKC of the validation AUCs (each model's best checkpoint)."""
+        return aukc([p.k for p in self.points], [p.best_val_auc for p in self.points])
 
     @property
     def random_aukcs(self) -> list[float]:
@@ -159,15 +170,29 @@ class SelectionCurve:
         return float(np.mean(values)) if values else float("nan")
 
     @property
+    def random_val_aukcs(self) -> list[float]:
+        return [aukc([p.k for p in pts], [p.best_val_auc for p in pts]) for pts in self.random.values()]
+
+    @property
     def smallest_k(self) -> int | None:
-        """Smallest k with test AUC >= full model's - tolerance (None if no k qualifies)."""
+        """The choice: the smallest k with validation AUC >= the full model's - tolerance (None
+        if no k qualifies, or the models have no validation AUC)."""
+        return self._smallest("best_val_auc")
+
+    @property
+    def smallest_k_test(self) -> int | None:
+        """The same rule on the test AUCs: reported for reference, never used to choose."""
+        return self._smallest("test_auc")
+
+    def _smallest(self, metric: str) -> int | None:
+        full = float(getattr(self.full, metric))
         for p in sorted(self.points, key=lambda p: p.k):
-            if p.test_auc >= self.full.test_auc - self.tolerance:
+            if getattr(p, metric) >= full - self.tolerance:  # NaN never qualifies
                 return p.k
         return None
 
     def summary(self) -> dict[str, Any]:
-        rnd = self.random_aukcs
+        rnd, rnd_val = self.random_aukcs, self.random_val_aukcs
         return {
             "method": self.method,
             "dataset": self.dataset,
@@ -175,8 +200,14 @@ class SelectionCurve:
             "random_aukc_mean": self.random_aukc,
             "random_aukc_std": float(np.std(rnd)) if rnd else float("nan"),
             "aukc_minus_random": self.aukc - self.random_aukc,
+            "val_aukc": self.val_aukc,
+            "random_val_aukc_mean": float(np.mean(rnd_val)) if rnd_val else float("nan"),
+            "random_val_aukc_std": float(np.std(rnd_val)) if rnd_val else float("nan"),
             "full_test_auc": self.full.test_auc,
+            "full_val_auc": self.full.best_val_auc,
             "smallest_k_within_tolerance": self.smallest_k,
+            "k_chosen_on": "validation",
+            "smallest_k_on_test": self.smallest_k_test,
             "tolerance": self.tolerance,
             "n_features": self.full.k,
         }
@@ -194,14 +225,16 @@ class SelectionCurve:
             ax.plot([p.k for p in pts], [p.test_auc for p in pts], "-o", color="0.6", markersize=3, linewidth=1,
                     label="random rankings" if i == 0 else None)
         ax.plot([p.k for p in self.points], [p.test_auc for p in self.points], "-o", color="tab:blue",
-                label=f"{self.method} (AUKC {self.aukc:.4f})")
+                label=f"{self.method}, test (AUKC {self.aukc:.4f})")
+        ax.plot([p.k for p in self.points], [p.best_val_auc for p in self.points], "--", color="tab:blue", alpha=0.6,
+                label=f"{self.method}, validation (AUKC {self.val_aukc:.4f}; k chosen here)")
         ax.axhline(self.full.test_auc, color="black", linestyle="--", linewidth=0.8, label=f"all {self.full.k} features")
         ax.axhspan(self.full.test_auc - self.tolerance, self.full.test_auc, color="tab:green", alpha=0.12,
                    label=f"within {self.tolerance:g}")
         if self.smallest_k is not None:
             ax.axvline(self.smallest_k, color="tab:green", linewidth=0.8)
         ax.set_xlabel("features kept (k)")
-        ax.set_ylabel("test AUC")
+        ax.set_ylabel("AUC")
         ax.set_title(f"selection curve: {self.method} on {self.dataset}" + (
             f" (random AUKC {self.random_aukc:.4f})" if self.random else ""), fontsize=10)
         ax.legend(fontsize=8, loc="lower right")
@@ -209,11 +242,14 @@ class SelectionCurve:
         return fig
 
     def to_markdown(self) -> str:
-        lines = ["| k | test AUC | test log loss | random AUC (mean) | features |", "|---|---|---|---|---|"]
+        lines = ["| k | validation AUC | test AUC | test log loss | random test AUC (mean) | features |",
+                 "|---|---|---|---|---|---|"]
         rnd = {k: [p.test_auc for pts in self.random.values() for p in pts if p.k == k] for k in self.ks}
         for p in self.points:
             r = f"{np.mean(rnd[p.k]):.4f}" if rnd.get(p.k) else ""
-            lines.append(f"| {p.k} | {p.test_auc:.4f} | {p.test_logloss:.4f} | {r} | {', '.join(p.features)} |")
+            chosen = " (chosen)" if p.k == self.smallest_k else ""
+            lines.append(f"| {p.k}{chosen} | {p.best_val_auc:.4f} | {p.test_auc:.4f} | {p.test_logloss:.4f} | {r} | "
+                         f"{', '.join(p.features)} |")
         return "\n".join(lines)
 
     # -- files ----------------------------------------------------------------------------------

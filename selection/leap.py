@@ -32,7 +32,7 @@ from torch import nn
 from recsys.data.schema import Schema
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths, screen_leakage
+from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema
 from selection.report import ImportanceReport
 
 __all__ = ["LeAP", "LeAPEvalGate", "LeAPRegularizer", "LeAPSeam", "leap_gates"]
@@ -508,7 +508,7 @@ class LeAP(ImportanceMethod):
         seam = fit.task.model.seam
         if not isinstance(seam, LeAPSeam):
             raise TypeError(f"the fit's seam is {type(seam).__name__}, not LeAPSeam")
-        schema = recipe.schema
+        schema = trained_schema(recipe)
         extras = {
             "test_auc": fit.metrics.get("test_auc"),
             "best_val_auc": fit.metrics.get("best_val_auc"),

@@ -49,7 +49,7 @@ from recsys.metrics import binary_auc
 from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths, screen_leakage
+from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema
 from selection.report import ImportanceReport
 
 __all__ = [
@@ -332,7 +332,7 @@ class PermutationImportance(ImportanceMethod):
         report = self.rank_model(
             fit.task.model,
             sample_rows(data, rows, seed=self.seed),
-            recipe.schema,
+            trained_schema(recipe),
             dataset=recipe.dataset_name,
             train_seconds=fit.seconds,
             extras={

@@ -13,6 +13,10 @@ fresh process of its own so that its peak RSS is its own:
   chunks; fields past 100k distinct values counted by sketches);
 * ``outrank``: ``salience rank --method outrank --option ranking=relevance FILE`` (OutRank
   relevance from the raw text, in chunks);
+* ``pipeline``: ``salience pipeline`` on the file (quality gates on a 1M-row sample, OutRank
+  screening, the LeAP selection curve, DNIS dims, GIF tuning, final fit, export and parity),
+  every fit capped at ``--pipeline-steps`` training batches and 50 validation batches, so that
+  the step shows that the whole path runs on the file in bounded memory, not model quality;
 * ``train``: DCNv2 on the shard set (fused EBC, batch 2048, embedding dim 16), ``--steps``
   timed steps after ``--warmup`` steps, batches drawn by the streaming loader from the whole
   shuffled file.
@@ -32,6 +36,7 @@ Committed command (writes ``scale.{json,md,png}`` to ``--output-dir``)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -54,7 +59,7 @@ __all__ = ["STEPS", "TARGETS", "main", "measure_step"]
 log = logging.getLogger(__name__)
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-STEPS = ("prepare", "quality", "outrank", "train")
+STEPS = ("prepare", "quality", "outrank", "train", "pipeline")
 ENGINES = ("blocks", "open_csv", "dataset", "polars", "duckdb")
 TARGETS = {
     "completes_at_rows": 45_000_000,
@@ -124,6 +129,7 @@ def _step_prepare(path: Path, work: Path, args: argparse.Namespace) -> dict[str,
     from recsys.train.datamodule import CTRDataModule
 
     data = _config(path, work, args.batch_size)["data"]
+    shutil.rmtree(data["cache_dir"], ignore_errors=True)  # a kept work dir's shards: prepared again, not loaded
     dm = CTRDataModule(
         CriteoReader(**data["reader"]["init_args"]), batch_size=data["batch_size"], split=SplitConfig(**data["split"]),
         streaming=True, cache_dir=data["cache_dir"],
@@ -211,6 +217,37 @@ def _step_train(path: Path, work: Path, args: argparse.Namespace) -> dict[str, A
     }
 
 
+def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``salience pipeline`` on the file, every fit capped (see the module docstring)."""
+    import yaml
+
+    from experiments.pipeline.cli import pipeline_main
+
+    model = _config(path, work, args.batch_size)
+    model["trainer"].update(max_epochs=1, default_root_dir=str(work / "pipeline-runs"))
+    model_path = work / "pipeline-model.yaml"
+    model_path.write_text(yaml.safe_dump(model))
+    caps = ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={args.pipeline_steps}",
+            "--trainer.limit_val_batches=50"]
+    pipeline = {
+        "name": "scale", "model_config": str(model_path), "output": str(work / "pipeline"), "seed": 0,
+        "search_overrides": caps, "final_overrides": caps,
+        "quality": {"drop_flags": ["constant", "leakage"]},
+        "screening": {"enabled": True, "drop_below_noise": True},
+        "selection": {"method": "leap", "ks": [8, 16, 24, 32], "random_seeds": [0], "tolerance": 0.002},
+        "dims": {"method": "dnis", "budget": 0.5, "uniform_dim": 16,
+                 "options": {"blocks": [1.0], "warm_start_epochs": 1, "search_epochs": 1}},
+        "tuning": {"sampler": "gif", "n_trials": 4, "max_epochs": 1, "limit_train_batches": args.pipeline_steps},
+        "compare": {"auc_tolerance": 0.002, "latency_batches": [1, 1024], "latency_repeats": 10},
+    }
+    config_path = work / "pipeline.yaml"
+    config_path.write_text(yaml.safe_dump(pipeline))
+    if pipeline_main(["--config", str(config_path), "--restart"]) != 0:
+        raise RuntimeError("salience pipeline failed")
+    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+    return {"rows": args.rows, "fit_steps": args.pipeline_steps, "child_peak_rss_mb": round(children, 1)}
+
+
 def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Read every row of ``path`` with one engine (``args.engine``): rows read."""
     import pyarrow as pa
@@ -256,7 +293,7 @@ def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, 
 
 
 _STEP_FUNCS = {"prepare": _step_prepare, "quality": _step_quality, "outrank": _step_outrank, "train": _step_train,
-               "engine": _step_engine}
+               "pipeline": _step_pipeline, "engine": _step_engine}
 
 
 #: modules each step imports, loaded before its clock starts (import time is not the step's cost)
@@ -265,6 +302,7 @@ _IMPORTS = {
     "quality": ("selection.cli", "selection.quality", "selection.quality_stream", "selection.outrank_stream"),
     "outrank": ("selection.cli", "selection", "selection.outrank_stream"),
     "train": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
+    "pipeline": ("experiments.pipeline.cli", "experiments.pipeline.runner", "recsys.train.recipe"),
     "engine": ("recsys.data.readers", "pyarrow.csv", "pyarrow.dataset"),
 }
 
@@ -295,7 +333,8 @@ def _run_child(step: str, path: Path, work: Path, args: argparse.Namespace, engi
     """``measure_step`` in a fresh Python process (its own peak RSS); a failure is recorded, not raised."""
     cmd = [sys.executable, "-m", "experiments.benchmarks.scale", "_step", step, "--file", str(path), "--work", str(work),
            "--rows", str(args.size_rows),
-           "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup)]
+           "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
+           "--pipeline-steps", str(args.pipeline_steps)]
     if engine is not None:
         cmd += ["--engine", engine]
     log.info("%s%s on %s", step, f" ({engine})" if engine else "", path.name)
@@ -319,7 +358,7 @@ def _size_label(rows: int) -> str:
 def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool,
              publish: Callable[[dict[str, Any]], None] = lambda entry: None) -> dict[str, Any]:
     """Every step on one generated file of ``rows`` rows; ``publish(entry)`` after each step."""
-    path = work / f"criteo-{_size_label(rows)}.txt"
+    path = work / f"criteo-{_size_label(rows)}-seed{args.seed}.txt"
     start = time.perf_counter()
     if not path.exists():
         write_criteo_tsv(path, rows, seed=args.seed)
@@ -473,11 +512,12 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument("--batch-size", type=int, default=2048)
         p.add_argument("--steps", type=int, default=200, help="timed training steps")
         p.add_argument("--warmup", type=int, default=20, help="training steps before the timing starts")
+        p.add_argument("--pipeline-steps", type=int, default=100, help="training batches per fit of the pipeline step")
     parser.add_argument("--rows", default="1000000,5000000,45000000", help="comma-separated sizes")
     parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps, of: {', '.join(STEPS)}")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-engines", action="store_true", help="skip the engine comparison")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where the data and shards go (default: a temp dir)")
+    parser.add_argument("--work-dir", type=Path, default=None, help="where the data and shards go (default: a temp dir; with --keep-data, files there are reused)")
     parser.add_argument("--keep-data", action="store_true", help="keep each size's file and shards")
     parser.add_argument("--merge", action="store_true",
                         help="add these sizes to the existing results (other sizes keep their numbers and command)")
@@ -505,7 +545,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
     sizes: list[int] = list(QUICK_ROWS) if args.quick else [int(r) for r in args.rows.split(",") if r.strip()]
     if args.quick:
-        args.steps, args.warmup = QUICK_STEPS, QUICK_WARMUP
+        args.steps, args.warmup, args.pipeline_steps = QUICK_STEPS, QUICK_WARMUP, QUICK_STEPS
     args.steps_list = [s.strip() for s in args.only.split(",") if s.strip()]
     unknown = sorted(set(args.steps_list) - set(STEPS))
     if unknown:
@@ -541,9 +581,12 @@ def main(argv: list[str] | None = None) -> int:
         _write(result, args.output_dir, name)  # after every step: a long run keeps what it measured
 
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="salience-scale-", dir=args.work_dir) as tmp:
+    with contextlib.ExitStack() as stack:
+        # --work-dir with --keep-data: the generated files stay there and a later run reuses them
+        work = (args.work_dir if args.work_dir is not None and args.keep_data
+                else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="salience-scale-", dir=args.work_dir))))
         for i, rows in enumerate(sorted(sizes)):
-            publish(run_size(rows, Path(tmp), args, engines=(i == 0 and not args.no_engines), publish=publish))
+            publish(run_size(rows, work, args, engines=(i == 0 and not args.no_engines), publish=publish))
     result["seconds"] = round(time.perf_counter() - start, 1)
     _write(result, args.output_dir, name)
     print(to_markdown(result))

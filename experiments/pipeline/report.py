@@ -273,9 +273,11 @@ def _selection(out: Path) -> str | None:
              f"<p>dropped: {_names(result.get('dropped') or [])}</p>"]
     curve = result.get("curve") or {}
     if curve:
-        parts.append(_table(["AUKC", "random AUKC (mean)", "all-features test AUC", "smallest k within tolerance"],
-                            [[_num(curve.get("aukc")), _num(curve.get("random_aukc_mean")),
-                              _num(curve.get("full_test_auc")), curve.get("smallest_k_within_tolerance", "n/a")]]))
+        parts.append(_table(["validation AUKC", "test AUKC", "random test AUKC (mean)", "all-features validation AUC",
+                             "all-features test AUC", "smallest k within tolerance (chosen on validation)"],
+                            [[_num(curve.get("val_aukc")), _num(curve.get("aukc")), _num(curve.get("random_aukc_mean")),
+                              _num(curve.get("full_val_auc")), _num(curve.get("full_test_auc")),
+                              curve.get("smallest_k_within_tolerance", "n/a")]]))
     method = str(result.get("method") or "leap")  # the importance file is named after the method
     if (out / "selection" / f"{method}.json").is_file():
         parts.append(_img(ImportanceReport.load(out / "selection" / f"{method}.json").plot, f"{method} importance"))

@@ -144,7 +144,8 @@ def run_screening(ctx: StageContext) -> dict[str, Any]:
 # -- 3. learned selection and the selection curve ----------------------------------------------
 def run_selection(ctx: StageContext) -> dict[str, Any]:
     """Rank the screened features (LeAP), retrain on the top k for each k against random
-    rankings, and keep the smallest k within the tolerance of the all-feature model."""
+    rankings, and keep the smallest k within the tolerance of the all-feature model's validation
+    AUC (the test AUCs are reported, never used to choose)."""
     from selection import get_method, selection_curve
     from selection.curve import parse_ks
 
@@ -167,7 +168,7 @@ def run_selection(ctx: StageContext) -> dict[str, Any]:
     ctx.log_figure(curve.plot(), "curve.png")
     k = curve.smallest_k or n
     kept = report.top_k(k)
-    ctx.tracker.log_metrics({"k": k, "aukc": curve.aukc, "random_aukc": curve.random_aukc})
+    ctx.tracker.log_metrics({"k": k, "aukc": curve.aukc, "val_aukc": curve.val_aukc, "random_aukc": curve.random_aukc})
     return {"method": report.method, "k": k, "kept": kept,
             "dropped": [n for n in report.ranking if n not in set(kept)], "curve": curve.summary()}
 

@@ -14,17 +14,22 @@ Everything is vectorised with numpy/pandas; no Python loop per row.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recsys.data.raw import RawData
 from recsys.data.schema import FLOAT32_MAX, DenseTransform, FeatureKind, FeatureSpec, Schema, SchemaError
 
-__all__ = ["EncodeStats", "EncodedData", "Preprocessor", "Vocabulary", "dense_values", "hash_ids", "split_multi"]
+__all__ = [
+    "Counts", "EncodeStats", "EncodedData", "Preprocessor", "Tokens", "Vocabulary", "dense_values", "hash_ids", "split_multi",
+]
 
 OOV_ID = 0
 
@@ -54,13 +59,140 @@ def split_multi(cells: np.ndarray, separator: str) -> tuple[np.ndarray, np.ndarr
     return flat, lengths
 
 
+class Tokens(Sequence[str]):
+    """A vocabulary's tokens in id order, held as one Arrow string array; reads like a list.
+
+    About 4 bytes per token plus its UTF-8 bytes (32-bit offsets while they fit), against ~65
+    for a list of Python strings (0.6 GB for the 9.25M ids of the 45M-row scale benchmark).
+    Equal to a list or tuple of the same strings; slicing returns a list.
+
+    Args:
+        tokens: strings (a list, an object array, an Arrow string array or another ``Tokens``).
+    """
+
+    __slots__ = ("arrow",)
+    _ITER_BLOCK = 1 << 16
+
+    def __init__(self, tokens: Iterable[str] | pa.Array | pa.ChunkedArray = ()) -> None:
+        if isinstance(tokens, Tokens):
+            arr = tokens.arrow
+        elif isinstance(tokens, (pa.Array, pa.ChunkedArray)):
+            arr = tokens.combine_chunks() if isinstance(tokens, pa.ChunkedArray) else tokens
+        else:
+            arr = pa.array(tokens if isinstance(tokens, (list, np.ndarray)) else list(tokens), type=pa.large_string())
+        if arr.type not in (pa.string(), pa.large_string()):
+            arr = arr.cast(pa.large_string())
+        if arr.type == pa.large_string() and arr.nbytes < 2**31 - 2**20:  # 32-bit offsets: 4 bytes a token less
+            arr = arr.cast(pa.string())
+        self.arrow: pa.StringArray | pa.LargeStringArray = arr
+
+    def __len__(self) -> int:
+        return len(self.arrow)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return list(self.to_list()[i]) if i.step not in (None, 1) else self.arrow[i].to_pylist()
+        n = len(self.arrow)
+        if not -n <= i < n:
+            raise IndexError(f"token index {i} out of range ({n} tokens)")
+        return str(self.arrow[i].as_py())
+
+    def __iter__(self) -> Iterator[str]:
+        for start in range(0, len(self.arrow), self._ITER_BLOCK):  # a block of Python strings at a time
+            yield from self.arrow.slice(start, self._ITER_BLOCK).to_pylist()
+
+    def __contains__(self, token: object) -> bool:
+        return isinstance(token, str) and self._find(token) >= 0
+
+    def index(self, token: Any, start: int = 0, stop: int | None = None) -> int:
+        i = self._find(token) if isinstance(token, str) else -1
+        if i < 0 or i < start or (stop is not None and i >= stop):
+            raise ValueError(f"{token!r} is not in the vocabulary")
+        return i
+
+    def _find(self, token: str) -> int:
+        return int(pc.index(self.arrow, pa.scalar(token, self.arrow.type)).as_py())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Tokens):
+            return bool(self.arrow.equals(other.arrow))
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and self.to_list() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_list(self) -> list[str]:
+        return list(self.arrow.to_pylist())
+
+    def __repr__(self) -> str:
+        head = self.arrow.slice(0, 5).to_pylist()
+        return f"Tokens({head}{' ...' if len(self) > 5 else ''}, {len(self)} tokens)"
+
+
+class Counts(Sequence[int]):
+    """A vocabulary's token counts in id order, held as one int64 array; reads like a list."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, counts: Iterable[int] | np.ndarray = ()) -> None:
+        self.array: np.ndarray = np.asarray(counts.array if isinstance(counts, Counts) else
+                                            (counts if isinstance(counts, np.ndarray) else list(counts)), dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[int]: ...
+
+    def __getitem__(self, i: int | slice) -> int | list[int]:
+        return self.array[i].tolist() if isinstance(i, slice) else int(self.array[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.array.tolist())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Counts):
+            return bool(np.array_equal(self.array, other.array))
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and self.array.tolist() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def to_list(self) -> list[int]:
+        return list(self.array.tolist())
+
+    def __repr__(self) -> str:
+        return f"Counts({self.array[:5].tolist()}{' ...' if len(self) > 5 else ''}, {len(self)} counts)"
+
+
 @dataclass
 class Vocabulary:
-    """Categories in descending training frequency; id ``i + 1`` is ``tokens[i]``, 0 is OOV."""
+    """Categories in descending training frequency; id ``i + 1`` is ``tokens[i]``, 0 is OOV.
 
-    tokens: list[str]
-    counts: list[int]
+    ``tokens`` and ``counts`` may be given as any sequences; they are held as :class:`Tokens`
+    and :class:`Counts` (Arrow and numpy arrays, no Python object per token).
+    """
+
+    tokens: Tokens
+    counts: Counts
     _index: pd.Index | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.tokens, Tokens):
+            self.tokens = Tokens(self.tokens)
+        if not isinstance(self.counts, Counts):
+            self.counts = Counts(self.counts)
 
     @classmethod
     def fit(cls, tokens: np.ndarray, min_count: int = 1) -> Vocabulary:
@@ -74,11 +206,14 @@ class Vocabulary:
     def from_counts(cls, uniq: np.ndarray, counts: np.ndarray, min_count: int = 1) -> Vocabulary:
         """The vocabulary of distinct tokens ``uniq`` (object array of str) seen ``counts`` times:
         what :meth:`fit` returns for any token array with those counts."""
-        uniq, counts = np.asarray(uniq, dtype=object), np.asarray(counts, dtype=np.int64)
+        tokens, counts = Tokens(uniq).arrow, np.asarray(counts, dtype=np.int64)
         keep = counts >= min_count
-        uniq, counts = uniq[keep], counts[keep]
-        order = np.lexsort((uniq, -counts))  # by count desc, then token for determinism
-        return cls(tokens=[str(t) for t in uniq[order].tolist()], counts=counts[order].tolist())
+        tokens, counts = tokens.filter(pa.array(keep)), counts[keep]
+        # by count desc, then token for determinism (Arrow orders strings by their UTF-8 bytes:
+        # the code-point order of Python's str comparison)
+        order = pc.sort_indices(pa.table({"count": counts, "token": tokens}),
+                                sort_keys=[("count", "descending"), ("token", "ascending")])
+        return cls(tokens=Tokens(tokens.take(order)), counts=Counts(counts[order.to_numpy()]))
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -92,7 +227,7 @@ class Vocabulary:
         """The tokens as a hashed index (built once: rebuilding it per call costs a hash table of
         the whole vocabulary on every encoded chunk)."""
         if self._index is None or len(self._index) != len(self.tokens):
-            self._index = pd.Index(self.tokens, dtype=object)
+            self._index = pd.Index(self.tokens.arrow.to_numpy(zero_copy_only=False), dtype=object)
         return self._index
 
     def encode(self, tokens: np.ndarray) -> np.ndarray:
@@ -364,7 +499,8 @@ class Preprocessor:
         self._check_fitted()
         return {
             "schema": self.fitted_schema.to_dict(),
-            "vocabularies": {k: {"tokens": v.tokens, "counts": v.counts} for k, v in self.vocabularies.items()},
+            "vocabularies": {k: {"tokens": v.tokens.to_list(), "counts": v.counts.to_list()}
+                             for k, v in self.vocabularies.items()},
             "dense_stats": {k: list(v) for k, v in self.dense_stats.items()},
         }
 
@@ -376,7 +512,7 @@ class Preprocessor:
         # the unfitted spec is what fit() saw; num_embeddings is recomputed from the vocabularies
         schema = replace(schema, features=tuple(replace(f, num_embeddings=None) for f in schema.features))
         pre = cls(schema)
-        pre.vocabularies = {k: Vocabulary(list(v["tokens"]), list(v["counts"])) for k, v in state["vocabularies"].items()}
+        pre.vocabularies = {k: Vocabulary(Tokens(v["tokens"]), Counts(v["counts"])) for k, v in state["vocabularies"].items()}
         pre.dense_stats = {k: (float(v[0]), float(v[1])) for k, v in state["dense_stats"].items()}
         pre.fitted = True
         return pre
@@ -395,3 +531,38 @@ class Preprocessor:
     @classmethod
     def load(cls, path: str | Path) -> Preprocessor:
         return cls.from_state_dict(json.loads(Path(path).read_text()))
+
+    def to_bytes(self) -> bytes:
+        """The state as one Arrow IPC stream (zstd): a record batch ``(token, count)`` per
+        vocabulary, the schema and dense statistics as JSON metadata. What a checkpoint holds:
+        no Python object per token, about 3 bytes per token after compression."""
+        self._check_fitted()
+        names = list(self.vocabularies)
+        meta = {"schema": self.fitted_schema.to_dict(), "dense_stats": {k: list(v) for k, v in self.dense_stats.items()},
+                "vocabularies": names}
+        schema = pa.schema([("token", pa.large_string()), ("count", pa.int64())],
+                           metadata={"salience.preprocessor": json.dumps(meta)})
+        sink = pa.BufferOutputStream()
+        options = pa.ipc.IpcWriteOptions(compression="zstd" if pa.Codec.is_available("zstd") else None)
+        with pa.ipc.new_stream(sink, schema, options=options) as writer:
+            for name in names:
+                v = self.vocabularies[name]
+                writer.write_batch(pa.record_batch([v.tokens.arrow.cast(pa.large_string()), pa.array(v.counts.array)],
+                                                   schema=schema))
+        return bytes(sink.getvalue().to_pybytes())
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Preprocessor:
+        """The preprocessor :meth:`to_bytes` wrote."""
+        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        meta = json.loads(reader.schema.metadata[b"salience.preprocessor"])
+        batches = list(reader)
+        if len(batches) != len(meta["vocabularies"]):
+            raise ValueError(f"damaged encoder state: {len(batches)} vocabularies for {len(meta['vocabularies'])} names")
+        state = {"schema": meta["schema"], "dense_stats": meta["dense_stats"], "vocabularies": {}}
+        pre = cls.from_state_dict(state)
+        pre.vocabularies = {
+            name: Vocabulary(Tokens(b.column(0)), Counts(b.column(1).to_numpy()))
+            for name, b in zip(meta["vocabularies"], batches)
+        }
+        return pre

@@ -99,17 +99,21 @@ def token_keys(arr: pa.Array, width: int | None = None) -> tuple[np.ndarray, np.
 
 def keys_to_tokens(keys: np.ndarray) -> np.ndarray:
     """Object array of the str tokens of :func:`token_keys` keys."""
+    return keys_to_arrow(keys).to_numpy(zero_copy_only=False).astype(object)
+
+
+def keys_to_arrow(keys: np.ndarray) -> pa.LargeStringArray:
+    """The tokens of :func:`token_keys` keys as an Arrow string array (no Python object per token)."""
     n = len(keys)
     if n == 0:
-        return np.zeros(0, dtype=object)
+        return pa.array([], type=pa.large_string())
     w = keys.dtype.itemsize
     mat = keys.view(np.uint8).reshape(n, w)
     lengths = key_lengths(keys)
     offsets = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offsets[1:])
     data = mat[np.arange(w)[None, :] < lengths[:, None]]
-    arr = pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data.tobytes()))
-    return arr.to_numpy(zero_copy_only=False).astype(object)
+    return pa.LargeStringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(data.tobytes()))
 
 
 def key_lengths(keys: np.ndarray) -> np.ndarray:
@@ -190,7 +194,7 @@ class TokenCounts:
         """The :class:`Vocabulary` that ``Vocabulary.fit`` makes from the same tokens."""
         self._flush()
         keep = self.counts >= min_count
-        return Vocabulary.from_counts(keys_to_tokens(self.keys[keep]), self.counts[keep], min_count)
+        return Vocabulary.from_counts(keys_to_arrow(self.keys[keep]), self.counts[keep], min_count)
 
 
 @dataclass
@@ -276,7 +280,7 @@ class _Lookup:
     """A vocabulary as sorted keys -> ids (for :class:`ChunkEncoder`)."""
 
     def __init__(self, vocab: Vocabulary) -> None:
-        keys, _ = token_keys(pa.array(vocab.tokens, type=pa.large_string())) if vocab.tokens else (np.zeros(0, "S1"), None)
+        keys, _ = token_keys(vocab.tokens.arrow) if len(vocab.tokens) else (np.zeros(0, "S1"), None)
         order = np.argsort(keys, kind="stable")
         self.keys = keys[order]
         self.ids = order.astype(np.int64) + 1

@@ -174,6 +174,10 @@ class SparseArch(nn.Module):
             # numbers as with the plain kernel
             plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
             self.embedding_bag_collection = self._fused_collection(plain.state_dict(), torch.device("cpu"))
+            del plain
+            from recsys.runtime import release_freed_memory
+
+            release_freed_memory()  # the plain copy's pages; otherwise the heap keeps them (every table's size)
         else:
             self.embedding_bag_collection = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
 

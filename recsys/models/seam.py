@@ -8,6 +8,8 @@ backbone works with any transform.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -45,6 +47,22 @@ class SeamTransform(nn.Module):
     def regularization(self) -> torch.Tensor:
         """Extra loss term (scalar); zero by default."""
         return torch.zeros(())
+
+    def after_optimizer_step(self) -> None:
+        """Called after every training step's optimizer update (a proximal step on the
+        transform's parameters, for example); a no-op by default."""
+
+    #: a bi-level transform (DARTS-style): every this many training steps the training module
+    #: calls :meth:`controller_step` with the loss of one validation batch; 0 never does
+    controller_every: int = 0
+
+    def controller_parameters(self) -> list[nn.Parameter]:
+        """Parameters only :meth:`controller_step` updates (left out of the model's optimizer)."""
+        return []
+
+    def controller_step(self, loss: Callable[[], torch.Tensor]) -> None:
+        """One controller update on ``loss()``, a validation batch's loss differentiable in the
+        seam and the interaction (not in the embedding tables); a no-op by default."""
 
 
 class IdentitySeam(SeamTransform):

@@ -12,7 +12,7 @@ from lightning.pytorch.cli import instantiate_module
 
 from recsys.data.encoders import Preprocessor
 from recsys.models import RankingModel
-from recsys.train.datamodule import CTRDataModule, saved_preprocessor_state
+from recsys.train.datamodule import CTRDataModule, saved_preprocessor
 from recsys.train.module import RankingTask
 
 __all__ = ["LoadedCheckpoint", "export_checkpoint", "load_checkpoint"]
@@ -52,7 +52,7 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
         raise ValueError(f"{path}: not a Lightning checkpoint (no 'hyper_parameters' and 'state_dict')")
     hparams = {k: v for k, v in ckpt["hyper_parameters"].items() if not k.startswith("_")}
     data_state = ckpt.get(CTRDataModule.__qualname__) or {}
-    encoders = saved_preprocessor_state(data_state)
+    encoders = saved_preprocessor(data_state)
     if encoders is None:
         raise ValueError(f"{path}: no fitted encoders in the checkpoint (was it written by `salience fit`?)")
     try:
@@ -62,7 +62,7 @@ def load_checkpoint(path: str | Path) -> LoadedCheckpoint:
     task.load_state_dict(ckpt["state_dict"])
     task.eval()
     return LoadedCheckpoint(
-        task.model, Preprocessor.from_state_dict(encoders), hparams, data_state.get("summary", {})
+        task.model, encoders, hparams, data_state.get("summary", {})
     )
 
 

@@ -186,6 +186,42 @@ class RankingTask(pl.LightningModule):
         self.log("train_loss", bce, on_step=True, on_epoch=True, prog_bar=True, batch_size=batch.labels.numel(), sync_dist=distributed)
         return loss
 
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        seam = self.ranking_model.seam
+        seam.after_optimizer_step()
+        every = int(getattr(seam, "controller_every", 0) or 0)
+        if every and batch_idx % every == 0:
+            val = self._controller_batch()
+            if val is not None:
+                seam.controller_step(lambda: self._seam_loss(val))
+
+    def _controller_batch(self) -> Batch | None:
+        """The next validation batch for a bi-level seam controller (the loader restarts when it
+        runs out); None without validation data."""
+        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
+        if datamodule is None or not hasattr(datamodule, "val_dataloader"):
+            return None
+        for _ in range(2):
+            if getattr(self, "_controller_iter", None) is None:
+                self._controller_iter = iter(datamodule.val_dataloader())
+            try:
+                batch = next(self._controller_iter)
+            except StopIteration:
+                self._controller_iter = None
+                continue
+            return self.transfer_batch_to_device(batch, self.device, 0)
+        return None
+
+    def _seam_loss(self, batch: Batch) -> torch.Tensor:
+        """BCE of ``batch`` differentiable in the seam and interaction only: the embedding
+        lookups run without gradients, so fused tables (which update inside the backward) never
+        learn from the batch."""
+        model = self.ranking_model
+        with torch.no_grad():
+            pooled = model.sparse_arch(batch.sparse_features)
+        sparse, dense = model.seam(dict(pooled), batch.dense_features)
+        return nn.functional.binary_cross_entropy_with_logits(model.interact(sparse, dense), batch.labels)
+
     # -- evaluation ------------------------------------------------------------------------
     def _eval_step(self, batch: Batch, stage: str) -> None:
         logits = self(batch)
@@ -229,7 +265,8 @@ class RankingTask(pl.LightningModule):
         model = self.ranking_model
         embedding_ids = {id(p) for p in model.sparse_arch.parameters()}
         seam_ids = {id(p) for p in model.seam.parameters()}
-        params = model.dense_parameters()
+        controller_ids = {id(p) for p in model.seam.controller_parameters()}  # stepped by the seam itself
+        params = [p for p in model.dense_parameters() if id(p) not in controller_ids]
         seam_lr = getattr(model.seam, "learning_rate", None)
         seam_group: dict[str, Any] = {"params": [p for p in params if id(p) in seam_ids], "weight_decay": 0.0}
         if seam_lr is not None:

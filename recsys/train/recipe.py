@@ -168,6 +168,20 @@ class Recipe:
         return raw
 
     # -- training ----------------------------------------------------------------------------
+    def untrained(self, seed: int | None = None) -> RankingTask:
+        """The config's module at initialisation (no training step), seeded by ``seed`` (default:
+        the config's ``seed_everything``): what single-shot methods score."""
+        from recsys.train.cli import SalienceCLI
+
+        args = ["--config", str(self.config_path), *self.overrides]
+        if seed is not None:
+            args.append(f"--seed_everything={int(seed)}")
+        with quiet_lightning(self.quiet), _own_argv():
+            cli = SalienceCLI(args=args, run=False)
+        if self._datamodule is None:
+            self._datamodule = cli.datamodule
+        return cli.model
+
     def fit(
         self,
         *,

@@ -111,3 +111,46 @@ def test_select_reuses_a_saved_report(tmp_cwd: Path, capsys: pytest.CaptureFixtu
     curve = json.loads((tmp_cwd / "sel" / "curve.json").read_text())
     assert curve["ranking"] == ranking and curve["random"] == {}
     assert [p["features"] for p in curve["points"]] == [ranking[:1], ranking[:2]]
+
+
+def test_select_compares_several_methods_in_one_table_plot_and_parent_run(
+    tmp_cwd: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow import MlflowClient
+
+    from recsys.tracking import tracking_uri
+
+    cfg = str(_config(tmp_cwd))
+    assert main(["select", "--config", cfg, "--method", "outrank,lasso", "--k", "2,4", "--random-seeds", "1",
+                 "--option", "lasso.C=0.05", "--output", "cmp"]) == 0
+    out = capsys.readouterr().out
+    assert "| method | validation AUKC | test AUKC |" in out and "k chosen on validation" in out
+    table = json.loads((tmp_cwd / "cmp" / "comparison.json").read_text())
+    assert {r["method"] for r in table["rows"]} == {"outrank", "lasso"} and table["failed"] == {}
+    for r in table["rows"]:
+        assert 0.5 < r["test_aukc"] <= 1 and 0.5 < r["val_aukc"] <= 1 and r["smallest_k"] in (2, 4, None)
+        assert r["rank_cost_seconds"] > 0 and r["rank_cost_fits"] > 0
+    vals = [r["val_aukc"] for r in table["rows"]]
+    assert vals == sorted(vals, reverse=True)  # best on validation first
+    assert ImportanceReport.load(tmp_cwd / "cmp" / "lasso" / "report.json").config["C"] == 0.05
+    for name in ("comparison.md", "comparison.png", "outrank/curve.json", "lasso/curve.json"):
+        assert (tmp_cwd / "cmp" / name).stat().st_size > 0
+    # the all-features model and the random ranking trained once for both methods: 1 + 2 + 2 + 2 fits at most
+    run_id = out.split("MLflow run: ")[1].split()[0]
+    client = MlflowClient(tracking_uri())
+    assert "selection/comparison.json" in {a.path for a in client.list_artifacts(run_id, "selection")}
+    children = client.search_runs([client.get_run(run_id).info.experiment_id],
+                                  f"tags.mlflow.parentRunId = '{run_id}'")
+    assert len(children) <= 7
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "nope"], "unknown"),
+    (["--method", "outrank,lasso", "--option", "C=0.1"], "METHOD.KEY=VALUE"),
+    (["--method", "all", "--report", "r.json"], "does not combine"),
+])
+def test_select_refuses_bad_method_lists(tmp_cwd: Path, argv: list[str], message: str,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as e:
+        main(["select", "--config", str(_config(tmp_cwd)), *argv])
+    assert message in str(e.value) + capsys.readouterr().err

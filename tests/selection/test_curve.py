@@ -29,23 +29,31 @@ def test_parse_ks() -> None:
 
 
 def _curve() -> SelectionCurve:
-    pts = [CurvePoint(k, [f"f{i}" for i in range(k)], 0.6 + 0.05 * k, 0.5) for k in (1, 2, 3)]
-    rnd = {0: [CurvePoint(k, [], 0.55 + 0.05 * k, 0.5) for k in (1, 2, 3)]}
-    return SelectionCurve("m", "toy", [1, 2, 3], pts, CurvePoint(4, [], 0.76, 0.45), rnd, tolerance=0.02, ranking=["f0"])
+    # validation AUCs 0.70, 0.74, 0.745 (full 0.75); test AUCs 0.65, 0.70, 0.75 (full 0.76)
+    pts = [CurvePoint(k, [f"f{i}" for i in range(k)], 0.6 + 0.05 * k, 0.5, best_val_auc=v)
+           for k, v in ((1, 0.70), (2, 0.74), (3, 0.745))]
+    rnd = {0: [CurvePoint(k, [], 0.55 + 0.05 * k, 0.5, best_val_auc=0.6 + 0.04 * k) for k in (1, 2, 3)]}
+    full = CurvePoint(4, [], 0.76, 0.45, best_val_auc=0.75)
+    return SelectionCurve("m", "toy", [1, 2, 3], pts, full, rnd, tolerance=0.02, ranking=["f0"])
 
 
 def test_curve_summary_plot_and_round_trip(tmp_path: Path) -> None:
     c = _curve()
     s = c.summary()
     assert s["aukc"] == pytest.approx(0.7) and s["random_aukc_mean"] == pytest.approx(0.65)
-    assert c.smallest_k == 3  # 0.75 >= 0.76 - 0.02; 0.70 is not
+    assert s["val_aukc"] == pytest.approx((0.72 + 0.7425) / 2) and s["random_val_aukc_mean"] == pytest.approx(0.68)
+    # k is chosen on validation (0.74 >= 0.75 - 0.02 at k = 2); on test it would be 3 (reported only)
+    assert c.smallest_k == 2 and s["smallest_k_within_tolerance"] == 2 and s["k_chosen_on"] == "validation"
+    assert c.smallest_k_test == 3 and s["smallest_k_on_test"] == 3
     fig = c.plot()
     assert len(fig.axes[0].lines) >= 3
     back = SelectionCurve.load(c.save(tmp_path / "c.json"))
     assert back.summary() == s
     c.points[0].best_val_auc = float("nan")  # strict JSON: NaN stored as null, read back as NaN
     assert np.isnan(SelectionCurve.load(c.save(tmp_path / "n.json")).points[0].best_val_auc)
-    assert "| 2 | 0.7000 |" in c.to_markdown()
+    assert "| 2 (chosen) | 0.7400 | 0.7000 |" in c.to_markdown()
+    c.points[1].best_val_auc = c.points[2].best_val_auc = float("nan")
+    assert c.smallest_k is None  # no validation AUC: nothing is chosen (never the test split)
 
 
 def test_selection_curve_trains_top_k_with_nested_runs(tiny_recipe, tmp_cwd: Path) -> None:  # noqa: ANN001

@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 
 from recsys.data.encoders import (
     OOV_ID,
+    Counts,
     EncodedData,
     EncodeStats,
     Preprocessor,
+    Tokens,
     Vocabulary,
     hash_ids,
     split_multi,
@@ -107,6 +109,52 @@ def test_vocabulary_empty() -> None:
     v = Vocabulary.fit(np.array([], dtype=object))
     assert v.tokens == [] and v.num_embeddings == 1
     assert v.encode(np.array(["a", "b"], dtype=object)).tolist() == [0, 0]
+
+
+#: tokens whose order trips byte-wise or NUL-dropping comparisons
+ODD = ["a", "a\x00", "a\x00b", "", "\x00", "ä", "aa", "Z", "日本", "a\x01"]
+
+
+def test_vocabulary_holds_its_tokens_in_arrow_and_reads_like_a_list() -> None:
+    import pyarrow as pa
+
+    rng = np.random.default_rng(0)
+    cells = np.array([ODD[i] for i in rng.integers(0, len(ODD), 500)], dtype=object)
+    v = Vocabulary.fit(cells)
+    counts = Counter(cells.tolist())
+    expected = sorted(counts, key=lambda t: (-counts[t], t))  # Python's str order on ties
+    assert isinstance(v.tokens, Tokens) and isinstance(v.tokens.arrow, pa.StringArray)  # 32-bit offsets while they fit
+    assert isinstance(v.counts, Counts) and v.counts.array.dtype == np.int64 and v.counts == [counts[t] for t in expected]
+    assert v.tokens == expected and list(v.tokens) == expected and v.tokens.to_list() == expected
+    assert [v.tokens[i] for i in range(len(expected))] == expected and v.tokens[-1] == expected[-1]
+    assert v.tokens[1:4] == expected[1:4] and v.tokens[::2] == expected[::2]
+    assert all(t in v.tokens for t in ODD) and "zz" not in v.tokens and 3 not in v.tokens
+    assert [v.tokens.index(t) for t in ODD] == [expected.index(t) for t in ODD]
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        v.tokens.index("zz")
+    with pytest.raises(IndexError):
+        v.tokens[len(expected)]
+    assert v.encode(np.array(ODD + ["zz"], dtype=object)).tolist() == [expected.index(t) + 1 for t in ODD] + [OOV_ID]
+    assert Vocabulary(list(expected), v.counts) == v and Vocabulary(tuple(expected), v.counts).tokens == v.tokens
+    assert v.tokens != expected[:-1] and v.tokens != list(reversed(expected))
+
+
+def test_preprocessor_bytes_round_trip_every_vocabulary_and_statistic(pre: Preprocessor) -> None:
+    pre.vocabularies[next(iter(pre.vocabularies))] = Vocabulary([], [])  # an empty one too
+    back = Preprocessor.from_bytes(pre.to_bytes())
+    assert back.state_dict() == pre.state_dict() and back.fitted_schema == pre.fitted_schema
+    assert list(back.vocabularies) == list(pre.vocabularies)
+    frame = _train()
+    assert_same_encoding(back.transform(frame), pre.transform(frame))
+    with pytest.raises(ValueError, match="damaged encoder state"):
+        import pyarrow as pa
+
+        data = pre.to_bytes()
+        reader = pa.ipc.open_stream(pa.py_buffer(data))
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, reader.schema) as w:
+            w.write_batch(next(iter(reader)))  # one vocabulary of several
+        Preprocessor.from_bytes(sink.getvalue().to_pybytes())
 
 
 @settings(max_examples=30, deadline=None)

@@ -761,7 +761,7 @@ def test_vocabulary_round_trip_and_oov(tokens: list[str], probe: list[str], min_
     assert ((got >= 0) & (got < vocab.num_embeddings)).all()
     assert [vocab.tokens[i - 1] if i else None for i in got] == [t if t in vocab.tokens else None for t in probe]
     # the state round-trips through JSON
-    again = Vocabulary(**json.loads(json.dumps({"tokens": vocab.tokens, "counts": vocab.counts})))
+    again = Vocabulary(**json.loads(json.dumps({"tokens": vocab.tokens.to_list(), "counts": vocab.counts.to_list()})))
     np.testing.assert_array_equal(again.encode(np.array(probe, dtype=object)), got)
 
 

@@ -61,21 +61,29 @@ def test_same_data_loads_and_changed_data_is_refused(tmp_path: Path) -> None:
     _datamodule(*_write(tmp_path / "old")).load_state_dict({})  # a checkpoint without encoders: nothing to check
 
 
-def test_checkpoint_holds_the_encoders_as_one_json_string_and_still_reads_the_older_dict(tmp_path: Path) -> None:
+def test_checkpoint_holds_the_encoders_as_arrow_bytes_and_still_reads_the_older_forms(tmp_path: Path) -> None:
     import json
 
-    from recsys.train.datamodule import saved_preprocessor_state
+    from recsys.train.datamodule import saved_preprocessor, saved_preprocessor_state
 
     dm = _datamodule(*_write(tmp_path / "a"))
     state = dm.state_dict()
-    assert isinstance(state["preprocessor_json"], str) and "preprocessor" not in state  # one object to pickle
+    assert isinstance(state["preprocessor_arrow"], bytes) and "preprocessor" not in state  # one object to pickle
     expected = json.loads(json.dumps(dm.preprocessor.state_dict()))
     assert saved_preprocessor_state(state) == expected
+    back = saved_preprocessor(state)
+    assert back is not None and back.state_dict() == dm.preprocessor.state_dict()
+    assert back.fitted_schema == dm.preprocessor.fitted_schema
+    as_json = {"preprocessor_json": json.dumps(dm.preprocessor.state_dict()), "summary": state["summary"]}
     older = {"preprocessor": dm.preprocessor.state_dict(), "summary": state["summary"]}  # checkpoints written before
-    assert saved_preprocessor_state(older) == dm.preprocessor.state_dict()
+    for form in (as_json, older):
+        assert saved_preprocessor_state(form) == expected
     _datamodule(*_write(tmp_path / "same")).load_state_dict(older)
+    _datamodule(*_write(tmp_path / "same2")).load_state_dict(state)
     with pytest.raises(ValueError, match=r"vocabulary of 'user'"):
         _datamodule(*_write(tmp_path / "flipped", flip_users=True)).load_state_dict(older)
+    with pytest.raises(ValueError, match=r"vocabulary of 'user'"):
+        _datamodule(*_write(tmp_path / "flipped2", flip_users=True)).load_state_dict(state)
     assert saved_preprocessor_state({"summary": {}}) is None
 
 

@@ -1,0 +1,118 @@
+"""AdaFS: instance-wise field weights from a controller trained with the model (Lin et al.,
+"AdaFS: Adaptive Feature Selection in Deep Recommender System", KDD 2022; methods.md §7.2).
+
+As ERASE runs it (its non-DARTS path): every seam field goes through a batch norm over its
+dimensions; an MLP controller (one hidden layer of ``hidden`` units, ReLU, dropout) reads the
+concatenated normalised fields and outputs a softmax over the F fields for each row; each
+field is multiplied by its row's weight. Backbone and controller train together on the
+training batches, by the backbone's optimizer. The ranking is each field's weight averaged
+over the validation rows (ERASE exports no AdaFS ranking; this is the issue's definition).
+
+[INF] Mixed widths: one batch norm per field over its own D_f dimensions (ERASE's fields all
+share one width and one ``BatchNorm1d(E)``); a dense column is a field of width 1.
+
+    report = AdaFS().rank(recipe)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from torch import nn
+
+from recsys.data.batching import make_batch
+from recsys.models.seam import SeamTransform
+from recsys.train.recipe import FitResult
+from selection.seam_selector import SeamSelector
+
+__all__ = ["AdaFS", "AdaFSSeam"]
+
+
+class AdaFSSeam(SeamTransform):
+    """Batch-normalised fields reweighted per row by a softmax controller.
+
+    Args:
+        hidden: controller hidden units (ERASE: 16).
+        dropout: controller dropout (ERASE: 0.2).
+
+    Call: ``(sparse {name: B x D_f}, dense B x D_dense) -> same shapes``, field f scaled by
+    ``w[:, f]``, ``w = softmax(MLP(concat of normalised fields))`` (B x F).
+    """
+
+    def __init__(self, hidden: int = 16, dropout: float = 0.2) -> None:
+        super().__init__()
+        if hidden < 1 or not 0.0 <= dropout < 1.0:
+            raise ValueError(f"AdaFSSeam needs hidden >= 1 and dropout in [0, 1), got {hidden}, {dropout}")
+        self.hidden = int(hidden)
+        self.dropout = float(dropout)
+        self.field_names: list[str] = []
+        self.sparse_names: list[str] = []
+        self.norms = nn.ModuleList()
+        self.controller = nn.Sequential()
+
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+        self.sparse_names = list(sparse_names)
+        self.field_names = self.sparse_names + list(dense_names)
+        widths = [int(d) for d in sparse_dims] + [1] * len(dense_names)
+        self.norms = nn.ModuleList(nn.BatchNorm1d(w) for w in widths)
+        self.controller = nn.Sequential(nn.Linear(sum(widths), self.hidden), nn.ReLU(), nn.Dropout(self.dropout),
+                                        nn.Linear(self.hidden, len(widths)))
+
+    def field_weights(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """``(normalised fields, B x D_f each, in field order; their weights B x F)``."""
+        fields = [sparse[n] for n in self.sparse_names] + [dense[:, i : i + 1] for i in range(dense.shape[1])]
+        normed = [norm(x) for norm, x in zip(self.norms, fields)]
+        weights = torch.softmax(self.controller(torch.cat(normed, dim=1)), dim=1)
+        return normed, weights
+
+    def forward(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        normed, w = self.field_weights(sparse, dense)
+        k = len(self.sparse_names)
+        out = {n: normed[i] * w[:, i : i + 1] for i, n in enumerate(self.sparse_names)}
+        dense_out = torch.cat([normed[k + j] * w[:, k + j : k + j + 1] for j in range(len(normed) - k)], dim=1) \
+            if len(normed) > k else dense
+        return out, dense_out
+
+
+@dataclass
+class AdaFS(SeamSelector):
+    """AdaFS: one fit with :class:`AdaFSSeam`; a field's score is its mean weight over up to
+    ``max_rows`` validation rows.
+
+    Args:
+        hidden, dropout: the controller (see :class:`AdaFSSeam`).
+        max_rows: validation rows the weights are averaged over.
+        max_epochs, seed, tracking, leakage_threshold: see :class:`~selection.seam_selector.SeamSelector`.
+    """
+
+    name: ClassVar[str] = "adafs"
+    hidden: int = 16
+    dropout: float = 0.2
+    max_rows: int = 100_000
+
+    def seam_spec(self) -> dict[str, Any]:
+        return {"class_path": f"{AdaFSSeam.__module__}.{AdaFSSeam.__name__}",
+                "init_args": {"hidden": self.hidden, "dropout": self.dropout}}
+
+    def field_scores(self, fit: FitResult) -> tuple[dict[str, float], dict[str, Any]]:
+        model = fit.task.model
+        seam = model.seam
+        if not isinstance(seam, AdaFSSeam):
+            raise TypeError(f"the fit's seam is {type(seam).__name__}, not AdaFSSeam")
+        split = "val" if fit.datamodule.has_split("val") else "train"
+        data = fit.datamodule.sample_rows(split, self.max_rows, seed=self.seed)
+        total = torch.zeros(len(seam.field_names), dtype=torch.float64)
+        offsets = {n: data.offsets(n) for n in data.sparse_names}
+        was_training = model.training
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, len(data), 4096):
+                batch = make_batch(data, np.arange(start, min(start + 4096, len(data))), offsets)
+                _, w = seam.field_weights(model.sparse_arch(batch.sparse_features), batch.dense_features)
+                total += w.double().sum(0)
+        model.train(was_training)
+        mean = (total / max(len(data), 1)).tolist()
+        return dict(zip(seam.field_names, mean)), {"split": split, "rows": len(data)}

@@ -1,0 +1,161 @@
+"""The encoded rows as a table, and the base of the shallow selectors that rank on it.
+
+ERASE's shallow baselines (Lasso, GBDT, random forest, XGBoost; methods.md §7.4) rank fields by
+a classic model fitted on the encoded training rows, no deep model involved. They share what
+:class:`ShallowMethod` does: a seeded sample of at most ``max_rows`` encoded training rows
+(read shard by shard when the data module streams), the leakage screen of the model-based
+methods, the model's AUC on a sample of the validation rows (reported, never used to rank),
+and one report. Subclasses implement :meth:`ShallowMethod.field_scores`.
+
+Two views of the rows (:class:`FieldTable`):
+
+* ``codes``: one column per feature (N x F float32): a sparse feature's id (ids are ordered by
+  training frequency, 0 is OOV or an empty bag; a multi-hot bag gives its first id), a dense
+  feature's encoded value. Trees split on it.
+* :meth:`FieldTable.one_hot`: a sparse indicator matrix (one column per id of each sparse
+  feature, every id of a bag) next to the standardised dense columns, the linear view.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import abstractmethod
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from recsys.data.encoders import EncodedData
+from recsys.data.schema import FeatureKind, Schema
+from recsys.metrics import binary_auc
+from recsys.train.recipe import Recipe
+from selection.base import ImportanceMethod, method_report, screen_leakage
+from selection.report import ImportanceReport
+
+__all__ = ["FieldTable", "ShallowMethod", "field_table"]
+
+
+@dataclass
+class FieldTable:
+    """Encoded rows of the features ``names`` (schema order) as model inputs.
+
+    Attributes:
+        names: the features, one column of ``codes`` each.
+        sparse: whether each feature is sparse (ids) rather than dense.
+        cardinality: rows of each sparse feature's table (``num_embeddings``; 0 for dense).
+        codes: N x F float32 (see the module docstring).
+        labels: N int64 (0/1).
+        data: the encoded rows (for :meth:`one_hot`).
+    """
+
+    names: list[str]
+    sparse: list[bool]
+    cardinality: list[int]
+    codes: np.ndarray
+    labels: np.ndarray
+    data: EncodedData
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def one_hot(self, max_ids: int, dense_stats: dict[str, tuple[float, float]] | None = None) -> tuple[Any, np.ndarray]:
+        """``(X, owner)``: a CSR matrix with one indicator column per id (ids at or past
+        ``max_ids`` share the OOV column of their feature) and one standardised column per dense
+        feature, and the feature index of every column.
+
+        ``dense_stats``: ``name -> (mean, std)`` to standardise with (default: this table's),
+        so that a validation table reads the training table's scale.
+        """
+        from scipy import sparse as sp
+
+        n = len(self)
+        blocks, owner = [], []
+        for j, name in enumerate(self.names):
+            if self.sparse[j]:
+                lengths = self.data.lengths[name].astype(np.int64)
+                ids = self.data.values[name].astype(np.int64)
+                width = min(self.cardinality[j], max_ids)
+                ids = np.where(ids < width, ids, 0)
+                rows = np.repeat(np.arange(n), lengths)
+                block = sp.csr_matrix((np.ones(len(ids), np.float32), (rows, ids)), shape=(n, width))
+                block.sum_duplicates()
+                block.data[:] = 1.0  # an id repeated in a bag counts once
+            else:
+                x = self.codes[:, j].astype(np.float64)
+                mean, std = (dense_stats or {}).get(name, (float(x.mean()) if n else 0.0, float(x.std()) if n else 1.0))
+                block = sp.csr_matrix(((x - mean) / (std if std > 0 else 1.0)).astype(np.float32).reshape(-1, 1))
+                width = 1
+            blocks.append(block)
+            owner.extend([j] * width)
+        return sp.hstack(blocks, format="csr"), np.asarray(owner, dtype=np.int64)
+
+    def dense_stats(self) -> dict[str, tuple[float, float]]:
+        """``name -> (mean, std)`` of each dense column (what :meth:`one_hot` standardises by)."""
+        return {n: (float(self.codes[:, j].mean()), float(self.codes[:, j].std()))
+                for j, n in enumerate(self.names) if not self.sparse[j] and len(self)}
+
+
+def field_table(data: EncodedData, schema: Schema) -> FieldTable:
+    """The :class:`FieldTable` of encoded rows ``data`` over the features of ``schema``."""
+    n = len(data)
+    names, sparse, card, cols = [], [], [], []
+    dense_index = {name: i for i, name in enumerate(data.dense_names)}
+    for spec in schema.features:
+        if spec.kind is FeatureKind.DENSE:
+            cols.append(data.dense[:, dense_index[spec.name]].astype(np.float32))
+            card.append(0)
+        else:
+            lengths = data.lengths[spec.name].astype(np.int64)
+            starts = np.cumsum(lengths) - lengths
+            values = data.values[spec.name]
+            first = np.zeros(n, dtype=np.float32)
+            has = lengths > 0
+            first[has] = values[starts[has]]
+            cols.append(first)
+            card.append(int(spec.num_embeddings or (int(values.max()) + 1 if len(values) else 1)))
+        names.append(spec.name)
+        sparse.append(spec.kind is not FeatureKind.DENSE)
+    codes = np.stack(cols, axis=1) if cols else np.zeros((n, 0), np.float32)
+    return FieldTable(names, sparse, card, codes, data.labels.astype(np.int64), data)
+
+
+@dataclass
+class ShallowMethod(ImportanceMethod):
+    """Base of the selectors that fit a classic model on the encoded training rows.
+
+    Args:
+        max_rows: training rows sampled (seeded, uniform; every row when the split has no more).
+        seed: seed of the row sample and of the model.
+        leakage_threshold: as in the model-based methods (0 turns the screen off).
+    """
+
+    max_rows: int = 200_000
+    seed: int = 0
+    leakage_threshold: float = 0.9
+
+    def __post_init__(self) -> None:
+        if self.max_rows < 1:
+            raise ValueError(f"{type(self).__name__}.max_rows must be >= 1, got {self.max_rows}")
+
+    @abstractmethod
+    def fit_scores(self, train: FieldTable, val: FieldTable | None) -> tuple[dict[str, float], Any]:
+        """Fit the model on ``train`` (``val``: held-out rows for early stopping, or None) and
+        return ``(score of every feature of train, the fitted model)``."""
+
+    @abstractmethod
+    def predict(self, model: Any, table: FieldTable) -> np.ndarray:
+        """Scores (N,) of the fitted ``model`` on ``table`` (for the reported validation AUC)."""
+
+    def rank(self, recipe: Recipe) -> ImportanceReport:
+        start = time.perf_counter()
+        leaks = screen_leakage(recipe, self.leakage_threshold) if self.leakage_threshold > 0 else {}
+        dm = recipe.datamodule
+        schema = recipe.schema
+        kept = schema.view(drop_features=sorted(leaks)) if leaks else schema
+        train = field_table(dm.sample_rows("train", self.max_rows, seed=self.seed), kept)
+        val = field_table(dm.sample_rows("val", self.max_rows, seed=self.seed), kept) if dm.has_split("val") else None
+        scores, model = self.fit_scores(train, val)
+        val_auc = binary_auc(self.predict(model, val), val.labels) if val is not None and len(np.unique(val.labels)) == 2 else None
+        return method_report(self, recipe, scores, start,
+                             {f: f"{reason} (fitted without it)" for f, reason in leaks.items()},
+                             {"train_rows": len(train), "val_rows": len(val) if val is not None else 0, "val_auc": val_auc})
