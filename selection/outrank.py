@@ -45,6 +45,12 @@ On top of the score (our design, documented per option in :class:`OutRank`):
   and a copy of the label, redrawn per batch and scored like features. A real feature scoring
   below the noise control of matching cardinality is flagged ``below_noise``; one scoring like
   the label copy is excluded as leakage.
+* **Interactions** (``interactions``, with the pair scores): a feature whose signal is only in a
+  pair (the planted ``ad_slot`` x ``daypart``) scores ~0 alone. Its synergy with each partner,
+  what it adds to the pair beyond its own score against a row permutation of it, is tested
+  over chunks of the pair batches (one-sided t test, Bonferroni over the pairs); a feature
+  with a significant partner is flagged ``interaction`` and not ``below_noise``, so the noise
+  gate of ``quality`` and of the pipeline's screening keeps it ([INF], methods.md 2.3).
 * **3MR** (``ranking="combined"``, the default): greedy minimum-redundancy /
   maximum-relevance / maximum-relation ranking with the pair scores actually computed (the
   package scores them all as 0 and never builds the relation columns, methods.md 2.3), through
@@ -282,7 +288,8 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
     """The :class:`ImportanceReport` of :func:`rank_raw` from the scores of a pass over
     ``schema``'s data (``t0``: ``time.perf_counter()`` when the pass began)."""
     excluded = scores.leakage(method.leakage_threshold)
-    below = scores.below_noise() if method.controls else {}
+    below = scores.below_noise(interactions=method.interactions) if method.controls else {}
+    partners = scores.interaction_partners() if method.interactions else {}
 
     flags: dict[str, list[str]] = {f: [] for f in scores.features}
     for f in scores.features:
@@ -294,6 +301,8 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
             flags[f].append("near_constant")
         if f in below:
             flags[f].append("below_noise")
+        if f in partners:
+            flags[f].append("interaction")
     ranked = [f for f in scores.features if f not in excluded and f not in scores.constant]
     last = [f for f in scores.features if f not in excluded and f in scores.constant]
 
@@ -322,6 +331,7 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
         extras["relation"] = {"features": scores.pair_features, "matrix": scores.relation.tolist()}
     extras["controls"] = scores.controls
     extras["below_noise"] = below
+    extras["interaction_partners"] = {f: {"partner": p, "synergy": g} for f, (p, g) in partners.items()}
     extras.update(
         label_entropy=scores.label_entropy,
         label_copy_score=scores.label_copy_score,

@@ -40,6 +40,10 @@ NEAR_CONSTANT_SHARE = 0.99
 CONTROL_PREFIX = "CONTROL-"
 #: a trailing partial batch is scored only above this many rows (unless it is the only batch)
 MIN_TRAILING_BATCH = 1024
+#: chunks of each pair batch the synergy is scored on (the spread its significance is judged by)
+SYNERGY_CHUNKS = 4
+#: pair batches the synergy is scored on (the first ones; it costs about two more pair matrices)
+SYNERGY_BATCHES = 3
 #: controls that are pure noise, used to flag features ``below_noise`` (closest log-cardinality)
 _NOISE_CONTROLS = ("binary", "int100", "int2000", "int10000", "int50000", "gaussian", "uniform")
 
@@ -91,6 +95,8 @@ class OutRankConfig:
     redundancy_agg: Aggregation = Aggregation.MAX
     relation_agg: Aggregation = Aggregation.MEDIAN
     pair_batches: int | None = 8
+    interactions: bool = True
+    interaction_alpha: float = 0.01
     seed: int = 0
     progress: bool = True
 
@@ -136,6 +142,9 @@ class OutRankScores:
         pair_features: features of the pair matrices (None when not computed).
         redundancy: ``D[i, j]`` = score of feature j with feature i in the label's role.
         relation: ``Q[i, j]`` = score of the pair column "i AND j" against the label.
+        synergy: per chunk of a pair batch (C x F x F), ``S[i, j]`` = what feature i adds to the pair
+            "i AND j" beyond its own score, against a row permutation of i (see :func:`_pair_matrices`).
+        interaction_alpha: family-wise error rate of the synergy tests (:meth:`interaction_partners`).
     """
 
     features: list[str]
@@ -155,6 +164,8 @@ class OutRankScores:
     pair_features: list[str] | None = None
     redundancy: np.ndarray | None = None
     relation: np.ndarray | None = None
+    synergy: np.ndarray | None = None
+    interaction_alpha: float = 0.01
 
     def spread(self, feature: str) -> float | None:
         """Across-batch IQR of ``feature``'s relevance (None with a single batch)."""
@@ -176,8 +187,39 @@ class OutRankScores:
                 out[f] = f"leakage: score {s:.4g} = {s / ref:.2f} x the label copy's ({ref:.4g})"
         return out
 
-    def below_noise(self) -> dict[str, str]:
-        """Features scoring below the noise control closest in log-cardinality -> that control."""
+    def interaction_partners(self) -> dict[str, tuple[str, float]]:
+        """Features whose signal shows in a pair -> (partner, mean synergy in nats).
+
+        A pair counts when the mean of ``synergy[i, j]`` over the C chunks of the pair batches is
+        above 0 by a one-sided t test with a Bonferroni correction over the F (F - 1) ordered
+        pairs: ``mean / se > t_{1 - alpha / (F (F - 1))}(C - 1)``; the partner is the pair with
+        the largest such mean. Few chunks (small data) make the test strict: with fewer than 3,
+        nothing counts.
+        """
+        if self.synergy is None or self.pair_features is None or len(self.synergy) < 3 or len(self.pair_features) < 2:
+            return {}
+        from scipy.stats import t as student
+
+        n, f = len(self.synergy), len(self.pair_features)
+        mean = self.synergy.mean(axis=0)
+        se = self.synergy.std(axis=0, ddof=1) / math.sqrt(n)
+        critical = float(student.ppf(1.0 - self.interaction_alpha / (f * (f - 1)), df=n - 1))
+        significant = (mean > 0) & (mean > critical * se)
+        np.fill_diagonal(significant, False)
+        out: dict[str, tuple[str, float]] = {}
+        for i, name in enumerate(self.pair_features):
+            if significant[i].any():
+                j = int(np.argmax(np.where(significant[i], mean[i], -np.inf)))
+                out[name] = (self.pair_features[j], float(mean[i, j]))
+        return out
+
+    def below_noise(self, interactions: bool = True) -> dict[str, str]:
+        """Features scoring below the noise control closest in log-cardinality -> that control.
+
+        With ``interactions`` (and pair scores computed), a feature with an
+        :meth:`interaction_partners` entry is not listed: its signal is in a pair (the
+        planted ``ad_slot`` x ``daypart`` of the synthetic data), not absent.
+        """
         noise = {n: c for n, c in self.controls.items() if n.removeprefix(CONTROL_PREFIX) in _NOISE_CONTROLS}
         out: dict[str, str] = {}
         if not noise:
@@ -192,6 +234,9 @@ class OutRankScores:
             ref = max(closest, key=lambda n: noise[n]["score"])
             if self.relevance[f] < noise[ref]["score"]:
                 out[f] = ref
+        if interactions:
+            for f in self.interaction_partners():
+                out.pop(f, None)
         return out
 
 
@@ -269,15 +314,26 @@ def _pair_view(a: EncodedColumn, b: EncodedColumn, start: int, stop: int,
 
 
 def _pair_matrices(cols: list[EncodedColumn], start: int, stop: int, label: np.ndarray, plain: bool,
-                   null: NullModel, rotations: int) -> tuple[np.ndarray, np.ndarray]:
-    """Redundancy ``D[i, j] = score(x_j; x_i)`` and relation ``Q[i, j] = score(x_i AND x_j; label)``."""
+                   null: NullModel, rotations: int,
+                   rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Redundancy ``D[i, j] = score(x_j; x_i)``, relation ``Q[i, j] = score(x_i AND x_j; label)``
+    and, with ``rng``, synergy ``S[c, i, j] = Q_c[i, j] - score(π(x_i) AND x_j; label) - score(x_i; label)``
+    on each of :data:`SYNERGY_CHUNKS` consecutive chunks c of the batch (corrected scores):
+    what x_i adds to the pair beyond its own score, against the same pair with x_i's rows
+    permuted (π drawn from ``rng``), which keeps both cardinalities, so the bias of a many-valued
+    pair cancels. ~0 when x_i and x_j carry no signal together; large for a feature whose signal
+    is only in an interaction with x_j."""
 
     def score(x: np.ndarray, y: np.ndarray) -> float:
         return plain_mi(x, y) if plain else outrank_score(x, y, null, rotations)
 
+    def corrected(x: np.ndarray, y: np.ndarray) -> float:
+        return outrank_score(x, y, null, rotations)
+
     f = len(cols)
     d = np.zeros((f, f))
     q = np.zeros((f, f))
+    syn = np.zeros((SYNERGY_CHUNKS, f, f)) if rng is not None else None
     for i in range(f):
         for j in range(i + 1, f):
             xi, xj, lab = _pair_view(cols[i], cols[j], start, stop, label)
@@ -285,7 +341,14 @@ def _pair_matrices(cols: list[EncodedColumn], start: int, stop: int, label: np.n
             d[i, j] = score(xj, xi)
             d[j, i] = score(xi, xj)
             q[i, j] = q[j, i] = score(pair_codes(xi, xj), lab)
-    return d, q
+            if syn is None or rng is None:
+                continue
+            for c, part in enumerate(np.array_split(np.arange(len(xi)), SYNERGY_CHUNKS)):
+                a, b, y = _compact(xi[part]), _compact(xj[part]), lab[part]
+                pair = corrected(pair_codes(a, b), y)
+                syn[c, i, j] = pair - corrected(pair_codes(a[rng.permutation(len(a))], b), y) - corrected(a, y)
+                syn[c, j, i] = pair - corrected(pair_codes(a, b[rng.permutation(len(b))]), y) - corrected(b, y)
+    return d, q, syn
 
 
 def _progress(items: list[Any], show: bool, desc: str) -> Iterator[Any]:
@@ -324,6 +387,7 @@ class BatchScores:
         self.label_copy: list[float] = []
         self.d_list: list[np.ndarray] = []
         self.q_list: list[np.ndarray] = []
+        self.s_list: list[np.ndarray] = []
         self.rows = 0
         self.batches = 0
         self.rng = np.random.default_rng(method.seed)
@@ -350,8 +414,13 @@ class BatchScores:
                 self.ctrl_card.setdefault(key, []).append(len(np.unique(x)))
         pair_cols = [c for c in cols if c.name in self._pair_set]
         if b in self.pair_ids and pair_cols:
-            d, q = _pair_matrices(pair_cols, lo, hi, label, method.redundancy_score is RedundancyScore.PLAIN,
-                                  method.null, method.null_rotations)
+            d, q, syn = _pair_matrices(pair_cols, lo, hi, label, method.redundancy_score is RedundancyScore.PLAIN,
+                                       method.null, method.null_rotations,
+                                       np.random.default_rng([method.seed, 2, b])
+                                       if method.interactions and len(self.s_list) < SYNERGY_BATCHES * SYNERGY_CHUNKS
+                                       else None)
+            if syn is not None:
+                self.s_list.extend(syn)
             self.d_list.append(d)
             self.q_list.append(q)
         self.rows += hi - lo
@@ -381,6 +450,8 @@ class BatchScores:
             pair_features=self.pair_names if pairs else None,
             redundancy=np.median(np.stack(self.d_list), axis=0) if self.d_list else None,
             relation=np.median(np.stack(self.q_list), axis=0) if self.q_list else None,
+            synergy=np.stack(self.s_list) if self.s_list else None,
+            interaction_alpha=self.method.interaction_alpha,
         )
 
 

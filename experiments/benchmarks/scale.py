@@ -244,8 +244,7 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
     config_path.write_text(yaml.safe_dump(pipeline))
     if pipeline_main(["--config", str(config_path), "--restart"]) != 0:
         raise RuntimeError("salience pipeline failed")
-    children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
-    return {"rows": args.rows, "fit_steps": args.pipeline_steps, "child_peak_rss_mb": round(children, 1)}
+    return {"rows": args.rows, "fit_steps": args.pipeline_steps}
 
 
 def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -227,6 +227,33 @@ def test_planted_interaction_shows_in_the_relation_matrix(synthetic: tuple) -> N
     assert feats[max(partners, key=lambda j: dm[u, j])] == "user_id_copy"
 
 
+def test_the_interaction_pair_survives_the_noise_gate_and_noise_does_not(synthetic: tuple) -> None:
+    raw, truth, report, relevance = synthetic
+    partners = report.extras["interaction_partners"]
+    # the planted pair: each is the other's significant partner, flagged, not below noise
+    assert partners["ad_slot"]["partner"] == "daypart" and partners["daypart"]["partner"] == "ad_slot"
+    assert partners["ad_slot"]["synergy"] > 0.005
+    for f in ("ad_slot", "daypart"):
+        assert "interaction" in report[f].flags and "below_noise" not in report[f].flags
+        assert f not in report.extras["below_noise"]
+    # no noise field finds a partner (the tests are Bonferroni-corrected over the pairs)
+    assert not set(truth.names("noise")) & set(partners), partners
+    # without pair scores (ranking by relevance alone) the single-feature gate decides, as before
+    assert {"ad_slot", "daypart"} <= set(relevance.extras["below_noise"])
+    assert relevance.extras["interaction_partners"] == {}
+    plain = rank_raw(raw, OutRank(progress=False, interactions=False))
+    assert {"ad_slot", "daypart"} <= set(plain.extras["below_noise"]) and plain.extras["interaction_partners"] == {}
+
+
+def test_no_partner_on_pure_noise() -> None:
+    rng = np.random.default_rng(3)
+    n = 40_000
+    columns = {f"n{i}": rng.integers(0, k, n).astype(str) for i, k in enumerate((2, 6, 6, 30, 200, 1000))}
+    raw = _frame_raw(columns, (rng.random(n) < 0.3).astype(int))
+    report = rank_raw(raw, OutRank(progress=False))
+    assert report.extras["interaction_partners"] == {}
+
+
 def test_report_schema_and_controls(synthetic: tuple, tmp_path: Path) -> None:
     raw, _, report, relevance = synthetic
     assert report.method == "outrank" and report.config["ranking"] == "combined"
