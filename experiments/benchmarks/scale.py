@@ -226,7 +226,7 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
     model = _config(path, work, args.batch_size)
     model["trainer"].update(max_epochs=1, default_root_dir=str(work / "pipeline-runs"))
     model_path = work / "pipeline-model.yaml"
-    model_path.write_text(yaml.safe_dump(model))
+    atomic_write_text(model_path, yaml.safe_dump(model))
     caps = ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={args.pipeline_steps}",
             "--trainer.limit_val_batches=50"]
     pipeline = {
@@ -241,7 +241,7 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
         "compare": {"auc_tolerance": 0.002, "latency_batches": [1, 1024], "latency_repeats": 10},
     }
     config_path = work / "pipeline.yaml"
-    config_path.write_text(yaml.safe_dump(pipeline))
+    atomic_write_text(config_path, yaml.safe_dump(pipeline))
     if pipeline_main(["--config", str(config_path), "--restart"]) != 0:
         raise RuntimeError("salience pipeline failed")
     return {"rows": args.rows, "fit_steps": args.pipeline_steps}
