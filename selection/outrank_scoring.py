@@ -314,15 +314,17 @@ def _pair_view(a: EncodedColumn, b: EncodedColumn, start: int, stop: int,
 
 
 def _pair_matrices(cols: list[EncodedColumn], start: int, stop: int, label: np.ndarray, plain: bool,
-                   null: NullModel, rotations: int,
-                   rng: np.random.Generator | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+                   null: NullModel, rotations: int, rng: np.random.Generator | None = None,
+                   weak: set[int] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
     """Redundancy ``D[i, j] = score(x_j; x_i)``, relation ``Q[i, j] = score(x_i AND x_j; label)``
     and, with ``rng``, synergy ``S[c, i, j] = Q_c[i, j] - score(π(x_i) AND x_j; label) - score(x_i; label)``
     on each of :data:`SYNERGY_CHUNKS` consecutive chunks c of the batch (corrected scores):
     what x_i adds to the pair beyond its own score, against the same pair with x_i's rows
     permuted (π drawn from ``rng``), which keeps both cardinalities, so the bias of a many-valued
     pair cancels. ~0 when x_i and x_j carry no signal together; large for a feature whose signal
-    is only in an interaction with x_j."""
+    is only in an interaction with x_j. Only rows i in ``weak`` (default: all) are scored, the
+    features the noise gate could drop (below this batch's strongest noise control); the others
+    stay 0."""
 
     def score(x: np.ndarray, y: np.ndarray) -> float:
         return plain_mi(x, y) if plain else outrank_score(x, y, null, rotations)
@@ -345,9 +347,14 @@ def _pair_matrices(cols: list[EncodedColumn], start: int, stop: int, label: np.n
                 continue
             for c, part in enumerate(np.array_split(np.arange(len(xi)), SYNERGY_CHUNKS)):
                 a, b, y = _compact(xi[part]), _compact(xj[part]), lab[part]
+                perm_a, perm_b = rng.permutation(len(a)), rng.permutation(len(b))  # drawn always: same stream
+                if weak is not None and i not in weak and j not in weak:
+                    continue
                 pair = corrected(pair_codes(a, b), y)
-                syn[c, i, j] = pair - corrected(pair_codes(a[rng.permutation(len(a))], b), y) - corrected(a, y)
-                syn[c, j, i] = pair - corrected(pair_codes(a, b[rng.permutation(len(b))]), y) - corrected(b, y)
+                if weak is None or i in weak:
+                    syn[c, i, j] = pair - corrected(pair_codes(a[perm_a], b), y) - corrected(a, y)
+                if weak is None or j in weak:
+                    syn[c, j, i] = pair - corrected(pair_codes(a, b[perm_b]), y) - corrected(b, y)
     return d, q, syn
 
 
@@ -414,11 +421,13 @@ class BatchScores:
                 self.ctrl_card.setdefault(key, []).append(len(np.unique(x)))
         pair_cols = [c for c in cols if c.name in self._pair_set]
         if b in self.pair_ids and pair_cols:
+            noise = [v[-1] for k, v in self.ctrl.items() if k.removeprefix(CONTROL_PREFIX) in _NOISE_CONTROLS]
+            weak = {i for i, c in enumerate(pair_cols) if not noise or self.rel[c.name][-1] < max(noise)}
             d, q, syn = _pair_matrices(pair_cols, lo, hi, label, method.redundancy_score is RedundancyScore.PLAIN,
                                        method.null, method.null_rotations,
                                        np.random.default_rng([method.seed, 2, b])
                                        if method.interactions and len(self.s_list) < SYNERGY_BATCHES * SYNERGY_CHUNKS
-                                       else None)
+                                       else None, weak)
             if syn is not None:
                 self.s_list.extend(syn)
             self.d_list.append(d)
