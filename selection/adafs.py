@@ -19,11 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 from torch import nn
 
-from recsys.data.batching import make_batch
+from recsys.data.batching import ordered_batches
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import FitResult
 from selection.seam_selector import SeamSelector
@@ -105,14 +104,14 @@ class AdaFS(SeamSelector):
         split = "val" if fit.datamodule.has_split("val") else "train"
         data = fit.datamodule.sample_rows(split, self.max_rows, seed=self.seed)
         total = torch.zeros(len(seam.field_names), dtype=torch.float64)
-        offsets = {n: data.offsets(n) for n in data.sparse_names}
         was_training = model.training
         model.eval()
-        with torch.no_grad():
-            for start in range(0, len(data), 4096):
-                batch = make_batch(data, np.arange(start, min(start + 4096, len(data))), offsets)
-                _, w = seam.field_weights(model.sparse_arch(batch.sparse_features), batch.dense_features)
-                total += w.double().sum(0)
-        model.train(was_training)
+        try:
+            with torch.no_grad():
+                for batch in ordered_batches(data, 4096):
+                    _, w = seam.field_weights(model.sparse_arch(batch.sparse_features), batch.dense_features)
+                    total += w.double().sum(0)
+        finally:
+            model.train(was_training)
         mean = (total / max(len(data), 1)).tolist()
         return dict(zip(seam.field_names, mean)), {"split": split, "rows": len(data)}

@@ -28,11 +28,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import ClassVar
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from recsys.data.batching import make_batch
+from recsys.data.batching import ordered_batches
 from recsys.data.encoders import EncodedData
 from recsys.models.base import RankingModel
 from recsys.train.recipe import Recipe
@@ -62,11 +61,8 @@ def seam_gradients(
     was_training = model.training
     model.eval()
     dense_names = list(model.schema.dense_names)
-    offsets = {n: data.offsets(n) for n in data.sparse_names}
     try:
-        for start in range(0, len(data), batch_size):
-            rows = np.arange(start, min(start + batch_size, len(data)))
-            batch = make_batch(data, rows, offsets)
+        for batch in ordered_batches(data, batch_size):
             with torch.no_grad():
                 pooled = model.sparse_arch(batch.sparse_features)
             fields = {n: pooled[n].detach().float().requires_grad_(True) for n in model.sparse_names}
@@ -79,7 +75,7 @@ def seam_gradients(
             inputs = {**fields, **dense_cols}
             grads = torch.autograd.grad(loss, list(inputs.values()), allow_unused=True)
             g = {n: (gr if gr is not None else torch.zeros_like(inputs[n])) for n, gr in zip(inputs, grads)}
-            yield {n: t.detach() for n, t in inputs.items()}, g, len(rows)
+            yield {n: t.detach() for n, t in inputs.items()}, g, len(batch.labels)
     finally:
         model.train(was_training)
 
@@ -90,16 +86,13 @@ def shark_scores(model: RankingModel, data: EncodedData, batch_size: int = 4096)
     sums: dict[str, torch.Tensor] = {}
     n = 0
     with torch.no_grad():  # pass 1: the expectation of every field over the scored rows
-        offsets = {f: data.offsets(f) for f in data.sparse_names}
-        for start in range(0, len(data), batch_size):
-            rows = np.arange(start, min(start + batch_size, len(data)))
-            batch = make_batch(data, rows, offsets)
+        for batch in ordered_batches(data, batch_size):
             pooled = model.sparse_arch(batch.sparse_features)
             parts = {**{f: pooled[f].float() for f in model.sparse_names},
                      **_split_dense(batch.dense_features.float(), list(model.schema.dense_names))}
             for f, t in parts.items():
                 sums[f] = sums.get(f, torch.zeros(t.shape[1], dtype=torch.float64)) + t.double().sum(0)
-            n += len(rows)
+            n += len(batch.labels)
     mean = {f: (s / max(n, 1)).float() for f, s in sums.items()}
     total = dict.fromkeys(names, 0.0)
     for e, g, _ in seam_gradients(model, data, batch_size):  # pass 2: the first-order terms

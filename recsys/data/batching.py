@@ -27,7 +27,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from recsys.data.encoders import EncodedData, gather_jagged
 from recsys.data.schema import Schema
 
-__all__ = ["Batch", "BatchDataset", "make_batch", "random_batch", "rank_slice"]
+__all__ = ["Batch", "BatchDataset", "make_batch", "ordered_batches", "random_batch", "rank_slice"]
 
 
 def make_batch(data: EncodedData, rows: np.ndarray, offsets: dict[str, np.ndarray] | None = None) -> Batch:
@@ -59,6 +59,13 @@ def make_batch(data: EncodedData, rows: np.ndarray, offsets: dict[str, np.ndarra
         sparse_features=kjt,
         labels=torch.from_numpy(np.ascontiguousarray(data.labels[rows], dtype=np.float32)),
     )
+
+
+def ordered_batches(data: EncodedData, batch_size: int) -> Iterator[Batch]:
+    """``data``'s rows in order, ``batch_size`` at a time (the last batch may be smaller)."""
+    offsets = {n: data.offsets(n) for n in data.sparse_names}
+    for start in range(0, len(data), batch_size):
+        yield make_batch(data, np.arange(start, min(start + batch_size, len(data))), offsets)
 
 
 def rank_slice(rows: np.ndarray, rank: int, world_size: int, pad: bool) -> tuple[np.ndarray, int]:
