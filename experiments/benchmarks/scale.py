@@ -15,8 +15,8 @@ fresh process of its own so that its peak RSS is its own:
   relevance from the raw text, in chunks);
 * ``pipeline``: ``salience pipeline`` on the file (quality gates on a 1M-row sample, OutRank
   screening, the LeAP selection curve, DNIS dims, GIF tuning, final fit, export and parity),
-  every fit capped at ``--pipeline-steps`` training batches and 50 validation batches, so that
-  the step shows that the whole path runs on the file in bounded memory, not model quality;
+  every fit capped at ``--pipeline-steps`` training batches, 50 validation batches and 200 test
+  batches (410k rows; the whole test split at 45M rows is 4.5M), so that the step shows that the whole path runs on the file in bounded memory, not model quality;
 * ``train``: DCNv2 on the shard set (fused EBC, batch 2048, embedding dim 16), ``--steps``
   timed steps after ``--warmup`` steps, batches drawn by the streaming loader from the whole
   shuffled file.
@@ -228,7 +228,7 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
     model_path = work / "pipeline-model.yaml"
     atomic_write_text(model_path, yaml.safe_dump(model))
     caps = ["--trainer.max_epochs=1", f"--trainer.limit_train_batches={args.pipeline_steps}",
-            "--trainer.limit_val_batches=50"]
+            "--trainer.limit_val_batches=50", "--trainer.limit_test_batches=200"]
     pipeline = {
         "name": "scale", "model_config": str(model_path), "output": str(work / "pipeline"), "seed": 0,
         "search_overrides": caps, "final_overrides": caps,

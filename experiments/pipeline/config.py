@@ -161,6 +161,9 @@ class PipelineConfig:
         search_overrides: further overrides of the fits inside quality, screening, selection
             and dims (cheaper settings than the final fits).
         final_overrides: further overrides of the original and the final fit.
+        keep_search_checkpoints: keep the checkpoints of the search stages' fits (by default
+            each is deleted once its fit is tested: the stages keep their metrics, and on a
+            large vocabulary every fit's three checkpoint files take 3x its tables).
         quality, screening, selection, dims, tuning, compare: the stages.
         source: the YAML file the config came from (set by :meth:`load`).
     """
@@ -172,6 +175,7 @@ class PipelineConfig:
     overrides: list[str] = field(default_factory=list)
     search_overrides: list[str] = field(default_factory=list)
     final_overrides: list[str] = field(default_factory=list)
+    keep_search_checkpoints: bool = False
     quality: QualityConfig = field(default_factory=QualityConfig)
     screening: ScreeningConfig = field(default_factory=ScreeningConfig)
     selection: SelectionConfig = field(default_factory=SelectionConfig)

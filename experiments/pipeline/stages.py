@@ -60,21 +60,22 @@ class StageContext:
     experiment: str
     _recipes: dict[str, Recipe] = field(default_factory=dict)
 
-    def recipe(self, features: Sequence[str] | None = None, extra: Sequence[str] = (), config: Any = None) -> Recipe:
+    def recipe(self, features: Sequence[str] | None = None, extra: Sequence[str] = (), config: Any = None,
+               keep_checkpoints: bool = True) -> Recipe:
         """A recipe of the model config (or ``config``) restricted to ``features``, with the
-        pipeline's and the search stages' overrides; its fits nest under this stage's run."""
+        pipeline's and ``extra`` overrides; its fits nest under this stage's run."""
         from recsys.train.recipe import Recipe
 
         overrides = [*self.config.overrides, *extra]
         if features is not None:
             overrides.append(f"--data.features={json.dumps(list(features))}")
         recipe = Recipe(config if config is not None else self.config.model_config_path, overrides,
-                        workdir=self.folder / "fits", quiet=True)
+                        workdir=self.folder / "fits", quiet=True, keep_checkpoints=keep_checkpoints)
         recipe.parent_run_id = self.tracker.run_id
         return recipe
 
     def search_recipe(self, features: Sequence[str] | None = None) -> Recipe:
-        return self.recipe(features, self.config.search_overrides)
+        return self.recipe(features, self.config.search_overrides, keep_checkpoints=self.config.keep_search_checkpoints)
 
     def kept(self, *stages: str) -> list[str] | None:
         """The kept features of the last of ``stages`` that ran (None: all of the model config)."""

@@ -61,7 +61,16 @@ from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
-from recsys.data.shards import FORMAT, FORMAT_VERSION, MANIFEST, ShardError, ShardInfo, ShardSet, ShardWriter
+from recsys.data.shards import (
+    FORMAT,
+    FORMAT_VERSION,
+    MANIFEST,
+    ShardError,
+    ShardInfo,
+    ShardSet,
+    ShardWriter,
+    save_preprocessor,
+)
 from recsys.data.spill import SpillFolder, SpilledChunk, encode_spilled, spill_chunk
 from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode, _show, _TimeOrder, _where, rows_by_split
 from recsys.data.stream import ChunkEncoder, DenseMoments, StreamingFit
@@ -526,7 +535,7 @@ def _finish(folder: Path, build: Path, pre: Preprocessor, shards: dict[str, list
     """Write the preprocessor and the manifest (last), then move the build folder into place."""
     (build / _MARKER).unlink(missing_ok=True)
     shutil.rmtree(build / "spill", ignore_errors=True)
-    pre.save(build / "preprocessor.json")
+    save_preprocessor(pre, build)
     manifest = {
         "format": FORMAT,
         "format_version": FORMAT_VERSION,

@@ -7,9 +7,16 @@ of ``select``, ``OutRank.rank(recipe)``, the pipeline's quality stage) read raw 
 RowSplitter`, or the split's own files) and keeps a uniform sample of at most ``rows`` rows of
 the split (the rows with the smallest seeded random keys: bottom-k sampling, one pass, memory
 about ``rows`` + one chunk), in file order; every row of the split when it has no more.
+
+The last sample is kept for the process (one entry, keyed by the reader's options, the size and
+mtime of its files, the split, ``rows`` and ``seed``), so the steps of one command that each ask
+for it (the pipeline's quality stage, its OutRank screening, the selection's leakage screen)
+read a large file once, not once each.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -20,8 +27,11 @@ from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema
 from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode
+from recsys.runtime import release_freed_memory
 
 __all__ = ["sample_raw_split"]
+
+_LAST: dict[str, RawData] = {}  # one entry: the last sample read (see the module docstring)
 
 
 def sample_raw_split(
@@ -45,6 +55,25 @@ def sample_raw_split(
         raise ValueError(f"split must be one of {SPLITS}, got {name!r}")
     if rows < 1:
         raise ValueError(f"rows must be >= 1, got {rows}")
+    key = _cache_key(reader, split, name, rows, seed, chunk_rows)
+    if key not in _LAST:
+        _LAST.clear()  # drop the old sample before reading the next one
+        _LAST[key] = _read_sample(reader, split, name, rows, seed, chunk_rows)
+    raw = _LAST[key]
+    columns = [*raw.schema.names, raw.schema.label]  # a new frame (copy-on-write): callers never edit the kept one
+    return apply_options(RawData(raw.frame[columns], raw.schema, raw.report), features, drop_features, None)
+
+
+def _cache_key(reader: Reader, split: SplitConfig, name: str, rows: int, seed: int, chunk_rows: int) -> str:
+    stats = []
+    for f in reader.files():
+        st = Path(f).stat()
+        stats.append((str(f), st.st_size, st.st_mtime_ns))
+    return repr((type(reader).__qualname__, sorted(reader.options().items(), key=str), stats, split, name,
+                 rows, seed, chunk_rows))
+
+
+def _read_sample(reader: Reader, split: SplitConfig, name: str, rows: int, seed: int, chunk_rows: int) -> RawData:
     if split.kind is SplitMode.FILES:
         sources = split_readers(reader, split)
         if name not in sources:
@@ -58,25 +87,45 @@ def sample_raw_split(
         splitter = RowSplitter(split, total)
     rng = np.random.default_rng(seed)
     code = SPLITS.index(name)
-    kept: pd.DataFrame | None = None
-    keys = np.empty(0)
+    parts: list[pd.DataFrame] = []
+    part_keys: list[np.ndarray] = []
+    pending = 0
+    cut = np.inf  # the rows-th smallest key so far: a row at or above it can never be kept
     schema: Schema | None = None
     reports: dict[int, ReadReport] = {}
     for chunk in source.iter_chunks(chunk_rows, columns=splitter.columns if splitter is not None else []):
         reports.setdefault(id(chunk.report), chunk.report)
         schema = chunk.schema
-        frame = chunk.frame[[*schema.names, schema.label]]
         mine = np.flatnonzero(splitter.assign(chunk) == code) if splitter is not None else np.arange(len(chunk))
         if not len(mine):
             continue
-        frame = frame.iloc[mine]
-        k = rng.random(len(mine))
-        kept = frame if kept is None else pd.concat([kept, frame])
-        keys = np.concatenate([keys, k])
-        if len(keys) > rows:  # keep the smallest keys, in stream order
-            best = np.sort(np.argpartition(keys, rows)[:rows])
-            kept, keys = kept.iloc[best], keys[best]
-    if kept is None or schema is None:
+        k = rng.random(len(mine))  # drawn for every row of the split, so the sample is seed-stable
+        below = k < cut
+        if not below.any():
+            continue
+        parts.append(chunk.frame[[*schema.names, schema.label]].iloc[mine[below]])
+        part_keys.append(k[below])
+        pending += int(below.sum())
+        if pending > rows + max(rows // 4, chunk_rows):  # compact: a few copies of the sample per pass
+            parts, part_keys, cut = _bottom(parts, part_keys, rows)
+            pending = rows
+    if not parts or schema is None:
         raise DataError(f"{reader.name}: the {name} split is empty")
-    raw = RawData(kept, schema, merge_reports(list(reports.values())))
-    return apply_options(raw, features, drop_features, None)
+    parts, _, _ = _bottom(parts, part_keys, rows)
+    del part_keys
+    release_freed_memory()  # the pages of the chunks read (about 1 GB at 1M rows of Criteo text)
+    return RawData(parts[0], schema, merge_reports(list(reports.values())))
+
+
+def _bottom(
+    parts: list[pd.DataFrame], keys: list[np.ndarray], rows: int
+) -> tuple[list[pd.DataFrame], list[np.ndarray], float]:
+    """The ``rows`` rows of ``parts`` with the smallest ``keys`` (in stream order), as one part,
+    and the cut (the largest kept key; inf while fewer than ``rows`` rows are held)."""
+    frame = parts[0] if len(parts) == 1 else pd.concat(parts)
+    key = keys[0] if len(keys) == 1 else np.concatenate(keys)
+    if len(key) <= rows:
+        return [frame], [key], np.inf
+    best = np.sort(np.argpartition(key, rows - 1)[:rows])
+    key = key[best]
+    return [frame.iloc[best]], [key], float(key.max())

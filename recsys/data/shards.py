@@ -5,7 +5,9 @@ A shard set is a folder::
     <folder>/manifest.json       {"format": "salience-shards", "format_version": 1,
                                   "splits": {"train": {"rows": N, "shards": [ShardInfo, ...]}, ...},
                                   "summary": {...}}
-    <folder>/preprocessor.json   the fitted encoders (``Preprocessor.save``)
+    <folder>/preprocessor.arrow  the fitted encoders (``Preprocessor.to_bytes``: Arrow IPC, no
+                                 Python object per token; sets written before it have
+                                 ``preprocessor.json``, still read)
     <folder>/train/00000.npz     one :class:`~recsys.data.encoders.EncodedData` per shard
     <folder>/val/00000.npz ...
 
@@ -37,14 +39,18 @@ from types import TracebackType
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from recsys.artifacts import check_format_version, read_artifact, write_artifact
 from recsys.data.encoders import EncodedData, EncodeStats, Preprocessor
-from recsys.io import file_sha256
+from recsys.io import atomic_write_bytes, file_sha256
 
-__all__ = ["MANIFEST", "ShardError", "ShardInfo", "ShardSet", "ShardWriter", "SplitShards", "concat_encoded"]
+__all__ = ["MANIFEST", "ShardError", "ShardInfo", "ShardSet", "ShardWriter", "SplitShards", "concat_encoded",
+           "load_preprocessor", "save_preprocessor"]
 
 MANIFEST = "manifest.json"
+PREPROCESSOR = "preprocessor.arrow"
+LEGACY_PREPROCESSOR = "preprocessor.json"
 FORMAT = "salience-shards"
 FORMAT_VERSION = 1
 
@@ -128,7 +134,7 @@ class ShardSet:
         """Open ``folder``; every shard's size (and with ``checksum`` its SHA-256) is checked.
 
         ``preprocessor``: the set's preprocessor when the caller holds it already (the writer
-        does), instead of reading ``preprocessor.json`` (large vocabularies take a while).
+        does), instead of reading it from the folder (large vocabularies take a while).
 
         Raises:
             ShardError: no manifest (an unfinished write), or a shard missing or changed.
@@ -146,7 +152,7 @@ class ShardSet:
             name: SplitShards(folder, name, [ShardInfo(**s) for s in part["shards"]])
             for name, part in data["splits"].items()
         }
-        pre = preprocessor if preprocessor is not None else Preprocessor.load(folder / "preprocessor.json")
+        pre = preprocessor if preprocessor is not None else load_preprocessor(folder)
         out = cls(folder, splits, pre, dict(data.get("summary") or {}))
         out.verify(checksum)
         return out
@@ -230,7 +236,7 @@ class ShardWriter:
         """Flush the partial shards, write the preprocessor and the manifest, and move the set
         into place (replacing an older set in ``folder``)."""
         self.flush()
-        preprocessor.save(self.tmp / "preprocessor.json")
+        save_preprocessor(preprocessor, self.tmp)
         manifest = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -257,6 +263,27 @@ class ShardWriter:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if not self._done:
             self.abort()
+
+
+def save_preprocessor(preprocessor: Preprocessor, folder: Path) -> None:
+    """Write a shard set's encoders (``preprocessor.arrow``, see the module docstring)."""
+    atomic_write_bytes(folder / PREPROCESSOR, preprocessor.to_bytes())
+
+
+def load_preprocessor(folder: Path) -> Preprocessor:
+    """A shard set's encoders: ``preprocessor.arrow``, else an older set's ``preprocessor.json``.
+
+    Raises:
+        ShardError: neither file, or a damaged one (the set is rebuilt, never half-read).
+    """
+    try:
+        if (folder / PREPROCESSOR).is_file():
+            return Preprocessor.from_bytes((folder / PREPROCESSOR).read_bytes())
+        if (folder / LEGACY_PREPROCESSOR).is_file():
+            return Preprocessor.load(folder / LEGACY_PREPROCESSOR)
+    except (OSError, ValueError, KeyError, TypeError, pa.ArrowException) as e:
+        raise ShardError(f"{folder}: damaged encoder state ({type(e).__name__}: {e})") from e
+    raise ShardError(f"{folder}: no {PREPROCESSOR}; the shards were never finished and are not trusted")
 
 
 def concat_encoded(parts: list[EncodedData]) -> EncodedData:

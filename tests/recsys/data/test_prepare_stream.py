@@ -186,6 +186,23 @@ def test_cache_and_damaged_shards_are_rebuilt(tmp_path: Path, monkeypatch: pytes
     (rebuilt.folder / "manifest.json").unlink()  # an unfinished set is never trusted
     prepare_shards(reader, cache_dir=cache, rows_per_shard=128, progress=False)
     assert len(calls) == 5
+    encoders = rebuilt.folder / "preprocessor.arrow"
+    good = encoders.read_bytes()
+    encoders.write_bytes(good[: len(good) // 2])  # damaged encoders: rebuilt, never half-read
+    prepare_shards(reader, cache_dir=cache, rows_per_shard=128, progress=False)
+    assert len(calls) == 6 and encoders.read_bytes() == good
+
+
+def test_a_shard_set_written_with_json_encoders_still_opens(tmp_path: Path) -> None:
+    """Sets written before ``preprocessor.arrow`` hold ``preprocessor.json``: the same encoders."""
+    built = prepare_shards(_criteo(tmp_path), cache_dir=tmp_path / "c", rows_per_shard=128, progress=False)
+    built.preprocessor.save(built.folder / "preprocessor.json")
+    (built.folder / "preprocessor.arrow").unlink()
+    legacy = ShardSet.open(built.folder)
+    assert legacy.preprocessor.state_dict() == built.preprocessor.state_dict()
+    (built.folder / "preprocessor.json").unlink()
+    with pytest.raises(ShardError, match="no preprocessor.arrow"):
+        ShardSet.open(built.folder)
 
 
 def test_raw_file_changing_between_passes_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -118,3 +118,40 @@ def test_the_raw_sample_of_a_split_is_the_streamed_splits_rows(tmp_path: Path) -
     assert len(some) == 400 and "user_id" not in some.schema.names
     assert some.frame.index.is_monotonic_increasing and set(some.frame.index) <= set(train.frame.index)
     assert not sample_raw_split(reader, SPLIT, "train", rows=400, seed=6).frame.index.equals(some.frame.index)
+
+
+def test_the_raw_sample_is_the_same_rows_whatever_the_chunk_size_and_is_read_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Bottom-k over many small chunks (compacted as it goes) keeps the rows one chunk keeps, and
+    a second ask for the same sample (other features) reads nothing."""
+    reader = SyntheticReader(n_rows=ROWS, seed=0, embedding_dim=8)
+    whole = sample_raw_split(reader, SPLIT, "train", rows=300, seed=3, chunk_rows=ROWS)
+    small = sample_raw_split(reader, SPLIT, "train", rows=300, seed=3, chunk_rows=64)
+    assert len(small) == 300 and small.frame.index.equals(whole.frame.index)
+    calls = []
+    original = SyntheticReader.iter_chunks
+
+    def counted(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(SyntheticReader, "iter_chunks", counted)
+    again = sample_raw_split(reader, SPLIT, "train", rows=300, seed=3, chunk_rows=64, drop_features=["user_id"])
+    assert not calls and again.frame.index.equals(small.frame.index) and "user_id" not in again.frame
+    again.frame[again.schema.label] = 0  # the caller's frame is its own: the kept sample is unchanged
+    assert sample_raw_split(reader, SPLIT, "train", rows=300, seed=3, chunk_rows=64).frame.equals(small.frame)
+    sample_raw_split(reader, SPLIT, "train", rows=301, seed=3, chunk_rows=64)
+    assert calls  # another sample size is another read
+
+
+def test_a_raw_file_rewritten_between_samples_is_read_again(tmp_path: Path) -> None:
+    from recsys.data.readers import TabularReader
+    from tests.recsys.data.test_splits import shop_frame, write_shop
+
+    path, schema = write_shop(tmp_path, shop_frame(200, seed=1))
+    reader = TabularReader(str(path), str(schema))
+    first = sample_raw_split(reader, SPLIT, "train", rows=10**6)
+    write_shop(tmp_path, shop_frame(400, seed=2))  # the same path, other rows
+    second = sample_raw_split(reader, SPLIT, "train", rows=10**6)
+    assert len(first) < 200 < len(second)

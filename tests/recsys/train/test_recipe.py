@@ -111,3 +111,45 @@ def test_checkpoint_round_trip_rebuilds_the_seam(tmp_cwd: Path) -> None:
     loaded = load_checkpoint(ckpt)
     assert isinstance(loaded.model.seam, ScaleSeam)
     torch.testing.assert_close(loaded.model.seam.scale, result.task.model.seam.scale)
+
+
+def test_search_fits_can_drop_their_checkpoints_and_the_data_module_keeps_no_model(
+    tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``keep_checkpoints=False`` deletes a tested fit's checkpoints (its metrics stay); building
+    the data module leaves no model behind (the CLI that built it is kept reachable by its parser)."""
+    import functools
+    import gc
+    import weakref
+
+    from recsys.train.module import RankingTask
+
+    built: list[weakref.ref] = []
+    init = RankingTask.__init__
+
+    @functools.wraps(init)  # the CLI reads the signature
+    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        init(self, *args, **kwargs)
+        built.append(weakref.ref(self))
+
+    monkeypatch.setattr(RankingTask, "__init__", recorded)
+    recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True, keep_checkpoints=False)
+    assert recipe.datamodule is not None
+    gc.collect()
+    assert len(built) == 1 and built[0]() is None
+    result = recipe.fit(features=["item_id", "price"], tracking=False)
+    assert "test_auc" in result.metrics and not (Path(result.root_dir) / "checkpoints").exists()
+    assert Path(result.root_dir).is_dir()
+
+
+def test_optuna_import_errors_keep_no_frames() -> None:
+    """Optuna keeps its optional-import errors; their tracebacks (every frame running at its first
+    import, locals and all) are dropped by ``import_optuna``."""
+    from recsys.runtime import import_optuna
+
+    optuna = import_optuna()
+    import sys
+
+    kept = [getattr(m, "_imports", None) for n, m in list(sys.modules.items()) if n.startswith("optuna")]
+    errors = [k._deferred[0] for k in kept if getattr(k, "_deferred", None)]
+    assert all(e.__traceback__ is None for e in errors) and optuna.__version__
