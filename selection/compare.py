@@ -138,10 +138,12 @@ def compare_methods(
     tolerance: float = 0.001,
     tracker: RunTracker | None = None,
     progress: bool = True,
+    cache: FitCache | None = None,
 ) -> MethodComparison:
-    """Rank with every method and draw every curve (one shared fit cache); a method that fails
-    is recorded in ``failed`` and the others go on."""
-    cache = FitCache()
+    """Rank with every method and draw every curve (one shared fit cache, ``cache`` when given:
+    several comparisons on one recipe train each feature set once); a method that fails is
+    recorded in ``failed`` and the others go on."""
+    cache = cache if cache is not None else FitCache()
     out = MethodComparison(recipe.dataset_name)
     for name, method in methods.items():
         try:

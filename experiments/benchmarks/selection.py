@@ -1,26 +1,33 @@
-"""Feature-selection benchmark: planted truth, selection curves on real data, and cost.
+"""Feature-selection benchmark (the ERASE table): every registered selector on planted truth,
+an ID-like trap, selection curves on real data, and cost.
 
     python -m experiments.benchmarks.selection            # everything (needs SALIENCE_DATA_DIR)
-    python -m experiments.benchmarks.selection --parts synthetic
+    python -m experiments.benchmarks.selection --parts synthetic,trap --rows 1000000
     python -m experiments.benchmarks.selection --quick    # smoke run (not a result)
 
-Three parts, one JSON (``experiments/results/selection.json``) and one table (``.md``):
+Every method of the registry (``selection.method_names()``; ``random`` is the curves' baseline)
+runs with ``--seeds`` ranking seeds; a difference between two methods counts only beyond the
+seed spread (the standard error of the difference of the means). Four parts, one JSON
+(``experiments/results/selection.json``), one table (``.md``) and one plot per dataset:
 
-1. **synthetic** (``recsys.data.synthetic.selection_benchmark_config``: 40 fields, 10
-   informative of which 2 are at their default in 99% of rows, 2 multi-hot and 2 dense, plus
-   2 redundant copies and noise ID fields; embedding widths by cardinality, 4 to 16): each
-   method's precision of its top-10 against the planted informative set and its Spearman
-   correlation with the planted strength. A redundant copy in the top-10 stands in for its
-   source when the source is not there too (keeping either one keeps the information); the
-   Spearman correlation runs over the 38 non-copy fields (informativeness = planted
-   strength, 0 for noise).
-2. **curves** (Frappe, Criteo head-10k): each method's selection curve (retrain the
-   committed DCNv2 config on the top-k fields, test AUC) and AUKC against random rankings
-   (three seeds), all on one plot per dataset.
-3. **cost** (measured side by side in the same process): LeAP's one training run against a
-   plain training run of the same epochs, permutation importance with R=5 (its training run
-   plus 5 x F evaluation passes) against LeAP, on the 39 Criteo fields; OutRank rows/s on
-   Criteo.
+1. **synthetic** (``recsys.data.synthetic.selection_benchmark_config`` at ``--rows`` rows: 40
+   fields, 10 informative of which 2 are at their default in 99% of rows, 2 multi-hot and 2
+   dense, plus 2 redundant copies and noise ID fields; embedding widths by cardinality, 4 to
+   16): each method's precision of its top-10 against the planted informative set and its
+   Spearman correlation with the planted strength. A redundant copy in the top-10 stands in for
+   its source when the source is not there too (keeping either one keeps the information); the
+   Spearman correlation runs over the 38 non-copy fields (informativeness = planted strength, 0
+   for noise). LeAP's other regulariser is an ablation row.
+2. **trap** (the same layout at ``--trap-rows`` rows, so that the noise ID-like fields, with a
+   distinct value in a large share of the training rows, can be memorised): how many ID-like
+   noise fields each method puts in its top 10 (target: none for every learned selector).
+3. **curves** (Frappe, MovieLens-100K CTR, Criteo head-10k): each method's selection curve
+   (retrain the committed DCNv2 config on the top-k fields) against random rankings, validation
+   and test AUKC, the smallest k within 0.001 of all fields (chosen on validation), and the
+   ranking's cost in multiples of one all-fields training run (``selection.compare``).
+4. **cost** (measured side by side in the same process): LeAP's one training run against a
+   plain training run of the same epochs, permutation importance with R=5 against LeAP, on the
+   39 Criteo fields; OutRank rows/s on Criteo.
 """
 
 from __future__ import annotations
@@ -29,18 +36,26 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
+
+import numpy as np
 
 from experiments.benchmarks._common import BETTER, TIE, WORSE, isolated_workdir, result_header, verdict
 from recsys.io import atomic_savefig, atomic_write_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
-METHODS = ("outrank", "permutation", "leap")
+#: methods that are not selectors of their own (``random`` is every curve's baseline)
+BASELINES = ("random",)
+#: model-free methods (the trap target is about what a model memorises)
+MODEL_FREE = ("outrank",)
 #: the issue's targets
 TARGETS: dict[str, Any] = {
     "precision_at_10": {"leap": 1.0, "outrank": 1.0, "any": 0.9},
+    "trap_id_fields_in_top10": 0,
+    "leap_test_aukc": "best or within one seed spread of the best on every dataset; strictly best on >= 2",
     "leap_vs_plain_run_max": 1.5,
     "permutation_vs_leap_min": 5.0,
 }
@@ -71,6 +86,8 @@ SYNTHETIC_CONFIG: dict[str, Any] = {
 CURVE_SETTINGS: dict[str, dict[str, Any]] = {
     "frappe": {"config": "frappe_dcnv2.yaml", "ks": [1, 2, 3, 4, 6, 8],
                "overrides": ["--trainer.max_epochs=4", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
+    "movielens": {"config": "movielens_dcnv2.yaml", "ks": [1, 2, 3, 4, 6, 8],
+                  "overrides": ["--trainer.max_epochs=4", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
     "criteo": {"config": "criteo_dcnv2.yaml", "ks": [2, 4, 8, 16, 24, 32],
                "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
 }
@@ -79,6 +96,35 @@ CURVE_SETTINGS: dict[str, dict[str, Any]] = {
 QUICK_LIMITS = ["--trainer.limit_train_batches=5"]
 #: --quick: the curves of the smallest real dataset only
 QUICK_CURVES = ("criteo",)
+
+
+def method_list(only: str | None = None) -> list[str]:
+    """Every registered selector (or the comma-separated ``only``), baselines left out."""
+    from selection import method_names
+
+    names = [n for n in method_names() if n not in BASELINES]
+    if only:
+        wanted = [n.strip() for n in only.split(",") if n.strip()]
+        unknown = sorted(set(wanted) - set(names))
+        if unknown:
+            raise SystemExit(f"--methods: unknown {unknown}; known: {names}")
+        names = wanted
+    return names
+
+
+def _methods(names: list[str], quick: bool, seed: int = 0) -> dict[str, Any]:
+    """``names`` built with ``seed``, no MLflow run of their own and no progress bars."""
+    from selection import get_method
+
+    out: dict[str, Any] = {}
+    for name in names:
+        probe = get_method(name)
+        options: dict[str, Any] = {k: v for k, v in {"seed": seed, "tracking": False, "progress": False}.items()
+                                   if hasattr(probe, k)}
+        if name == "permutation":
+            options["repeats"] = 2 if quick else 5
+        out[name] = get_method(name, **options)
+    return out
 
 
 def _synthetic_recipe(rows: int, epochs: int, workdir: Path) -> Any:
@@ -90,17 +136,14 @@ def _synthetic_recipe(rows: int, epochs: int, workdir: Path) -> Any:
     cfg["data"]["reader"]["init_args"] = init
     cfg["trainer"]["max_epochs"] = epochs
     cfg["data"]["cache_dir"] = str(workdir / "cache")
-    return Recipe(cfg, workdir=workdir, quiet=True)
+    return Recipe(cfg, workdir=workdir, quiet=True, keep_checkpoints=False)
 
 
-def _methods(quick: bool, seed: int = 0) -> dict[str, Any]:
-    from selection import LeAP, OutRank, PermutationImportance
-
-    return {
-        "outrank": OutRank(seed=seed, progress=False),
-        "permutation": PermutationImportance(repeats=2 if quick else 5, seed=seed, tracking=False),
-        "leap": LeAP(seed=seed, tracking=False),
-    }
+def _mean_std(values: list[float]) -> dict[str, Any]:
+    arr = np.asarray([v for v in values if v is not None and np.isfinite(v)], dtype=float)
+    if not len(arr):
+        return {"mean": float("nan"), "std": float("nan"), "n": 0}
+    return {"mean": float(arr.mean()), "std": float(arr.std(ddof=1)) if len(arr) > 1 else 0.0, "n": int(len(arr))}
 
 
 def _planted_metrics(report: Any, truth: Any) -> dict[str, Any]:
@@ -125,34 +168,84 @@ def _planted_metrics(report: Any, truth: Any) -> dict[str, Any]:
     }
 
 
-def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool) -> dict[str, Any]:
+def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int) -> dict[str, Any]:
+    """Planted truth: every method, ``seeds`` ranking seeds each (plus LeAP's other regulariser)."""
     from recsys.data.synthetic import GroundTruth
     from selection import LeAP, LeAPRegularizer
 
     recipe = _synthetic_recipe(rows, epochs, workdir / "synthetic")
     truth = GroundTruth.from_raw(recipe.raw_split("train"))
-    out: dict[str, Any] = {"rows": rows, "epochs": epochs, "fields": len(recipe.schema), "methods": {}}
-    methods = _methods(quick)
-    other = LeAPRegularizer.PENALTY_SCALING if methods["leap"].regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION else LeAPRegularizer.GRADIENT_NORMALIZATION
-    if not quick:  # (the other regulariser is one more LeAP run, smoke-tested by the default one)
-        methods[f"leap[{other.value}]"] = LeAP(seed=0, tracking=False, regularizer=other)
-    for name, method in methods.items():
-        print(f"[selection] synthetic: {name} ...", flush=True)
-        report = method.rank(recipe)
-        m = _planted_metrics(report, truth)
-        m["cost_seconds"] = round(report.cost_seconds, 2)
-        m["scores"] = {f.feature: round(f.score, 6) for f in report.features}
-        if "test_auc" in report.extras:
-            m["model_test_auc"] = report.extras["test_auc"]
-        out["methods"][name] = m
-        print(f"[selection] synthetic: {name}: precision@10 {m['precision_at_10']:.2f}, Spearman {m['spearman']:.3f}, "
-              f"{m['cost_seconds']} s; missed {m['missed']}", flush=True)
+    out: dict[str, Any] = {"rows": rows, "epochs": epochs, "fields": len(recipe.schema), "seeds": seeds, "methods": {}}
+    runs: dict[str, list[dict[str, Any]]] = {}
+    for seed in range(seeds):
+        methods = _methods(names, quick, seed)
+        if "leap" in methods and not quick:  # the other regulariser: an ablation row
+            other = (LeAPRegularizer.PENALTY_SCALING if methods["leap"].regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION
+                     else LeAPRegularizer.GRADIENT_NORMALIZATION)
+            methods[f"leap[{other.value}]"] = LeAP(seed=seed, tracking=False, regularizer=other)
+        for name, method in methods.items():
+            print(f"[selection] synthetic: {name} (seed {seed}) ...", flush=True)
+            report = method.rank(recipe)
+            m = _planted_metrics(report, truth)
+            m["cost_seconds"] = round(report.cost_seconds, 2)
+            m["seed"] = seed
+            runs.setdefault(name, []).append(m)
+            print(f"[selection] synthetic: {name} (seed {seed}): precision@10 {m['precision_at_10']:.2f}, "
+                  f"Spearman {m['spearman']:.3f}, {m['cost_seconds']} s; missed {m['missed']}", flush=True)
+    for name, rs in runs.items():
+        missed = Counter(f for r in rs for f in r["missed"])
+        out["methods"][name] = {
+            "precision_at_10": _mean_std([r["precision_at_10"] for r in rs]),
+            "spearman": _mean_std([r["spearman"] for r in rs]),
+            "cost_seconds": _mean_std([r["cost_seconds"] for r in rs]),
+            "missed": {f: c for f, c in missed.most_common()},
+            "runs": [{k: r[k] for k in ("seed", "precision_at_10", "spearman", "cost_seconds", "top10", "missed")}
+                     for r in rs],
+        }
     return out
 
 
-def run_curves(dataset: str, workdir: Path, quick: bool, seeds: int) -> tuple[dict[str, Any], Any]:
+def run_trap(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int) -> dict[str, Any]:
+    """The planted layout on few rows: are the ID-like noise fields (single-valued categorical
+    fields with a distinct value in at least 20% of the training rows) kept out of every
+    method's top 10?"""
+    from recsys.data.synthetic import GroundTruth
+
+    recipe = _synthetic_recipe(rows, epochs, workdir / "trap")
+    raw = recipe.raw_split("train")
+    truth = GroundTruth.from_raw(raw)
+    informative = set(truth.names("informative", "sparse_informative"))
+    single = {f.name for f in raw.schema.features if f.kind.value == "categorical"}  # one id per row: can be an id
+    noise = [f.name for f in truth.features if f.role.value == "noise" and f.name in single]
+    distinct = {n: raw.frame[n].astype(str).nunique() / len(raw) for n in noise}
+    id_like = sorted(n for n, share in distinct.items() if share >= 0.2)
+    out: dict[str, Any] = {"rows": rows, "train_rows": len(raw), "epochs": epochs, "seeds": seeds,
+                           "id_like": {n: round(distinct[n], 3) for n in id_like}, "methods": {}}
+    for seed in range(seeds):
+        for name, method in _methods(names, quick, seed).items():
+            report = method.rank(recipe)
+            top = report.top_k(10)
+            rank = {f: i + 1 for i, f in enumerate(report.ranking)}
+            trapped = [f for f in top if f in id_like]
+            entry = out["methods"].setdefault(name, {"runs": []})
+            entry["runs"].append({"seed": seed, "id_like_in_top10": trapped,
+                                  "best_id_like_rank": min((rank[f] for f in id_like if f in rank), default=None),
+                                  "informative_in_top10": sum(f in informative for f in top)})
+            print(f"[selection] trap: {name} (seed {seed}): ID-like in top 10: {trapped or '-'}", flush=True)
+    for entry in out["methods"].values():
+        entry["id_like_in_top10"] = _mean_std([len(r["id_like_in_top10"]) for r in entry["runs"]])
+        entry["worst"] = max(len(r["id_like_in_top10"]) for r in entry["runs"])
+    return out
+
+
+def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, names: list[str], seeds: int,
+               plot_path: Path) -> dict[str, Any]:
+    """Every method's selection curve on ``dataset``, ``seeds`` ranking seeds, one shared fit cache."""
     from recsys.train.recipe import Recipe
-    from selection import FitCache, selection_curve
+    from selection import FitCache
+    from selection.compare import compare_methods
+
+    import matplotlib.pyplot as plt
 
     s = CURVE_SETTINGS[dataset]
     overrides = list(s["overrides"]) + [f"--data.cache_dir={workdir / 'cache'}"]
@@ -160,61 +253,71 @@ def run_curves(dataset: str, workdir: Path, quick: bool, seeds: int) -> tuple[di
     if quick:
         overrides += ["--trainer.max_epochs=1", *QUICK_LIMITS]
         ks = ks[:2]
-    recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / dataset, quiet=True)
+    recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / dataset, quiet=True, keep_checkpoints=False)
     cache = FitCache()
-    curves, reports = {}, {}
     start = time.perf_counter()
-    for name, method in _methods(quick).items():
-        print(f"[selection] {dataset}: ranking with {name} ...", flush=True)
-        reports[name] = method.rank(recipe)
-        curve = selection_curve(recipe, reports[name], ks, random_seeds=range(seeds), cache=cache)
-        curves[name] = curve
-        s_ = curve.summary()
-        print(f"[selection] {dataset}: {name}: AUKC {s_['aukc']:.4f} vs random {s_['random_aukc_mean']:.4f}; "
-              f"smallest k within 0.001: {s_['smallest_k_within_tolerance']}", flush=True)
-    out = {
+    per_seed = []
+    for seed in range(seeds):
+        print(f"[selection] {dataset}: ranking seed {seed}: {', '.join(names)}", flush=True)
+        comparison = compare_methods(recipe, _methods(names, quick, seed), ks, random_seeds=range(random_seeds),
+                                     tolerance=0.001, progress=False, cache=cache)
+        for name, error in comparison.failed.items():
+            print(f"[selection] {dataset}: {name} FAILED: {error}", flush=True)
+        per_seed.append(comparison)
+        if seed == 0:
+            fig = comparison.plot()
+            atomic_savefig(fig, plot_path, dpi=110)
+            plt.close(fig)
+    first = per_seed[0]
+    any_curve = next(iter(first.curves.values()))
+    methods: dict[str, Any] = {}
+    for name in names:
+        rows = [next(r for r in c.rows() if r["method"] == name) for c in per_seed if name in c.curves]
+        if not rows:
+            methods[name] = {"failed": first.failed.get(name, "no result")}
+            continue
+        methods[name] = {
+            "val_aukc": _mean_std([r["val_aukc"] for r in rows]),
+            "test_aukc": _mean_std([r["test_aukc"] for r in rows]),
+            "smallest_k": [r["smallest_k"] for r in rows],
+            "rank_cost_seconds": _mean_std([r["rank_cost_seconds"] for r in rows]),
+            "rank_cost_fits": _mean_std([r["rank_cost_fits"] for r in rows]),
+            "top": rows[0]["top"],
+            "ranking": first.reports[name].ranking if name in first.reports else None,
+        }
+    summary = any_curve.summary()
+    return {
         "ks": ks,
         "overrides": s["overrides"],
         "config": f"experiments/configs/{s['config']}",
+        "seeds": seeds,
         "fits": cache.fits,
         "seconds": round(time.perf_counter() - start, 1),
-        "methods": {
-            name: {
-                **{k: v for k, v in curves[name].summary().items() if k not in ("method", "dataset")},
-                "ranking": reports[name].ranking,
-                "rank_cost_seconds": round(reports[name].cost_seconds, 2),
-                "curve": [{"k": p.k, "test_auc": p.test_auc, "test_logloss": p.test_logloss} for p in curves[name].points],
-            }
-            for name in curves
-        },
-        "random": [{"seed": seed, "curve": [{"k": p.k, "test_auc": p.test_auc} for p in pts]}
-                   for seed, pts in next(iter(curves.values())).random.items()],
+        "full": {"val_auc": summary["full_val_auc"], "test_auc": summary["full_test_auc"],
+                 "seconds": round(any_curve.full.seconds, 2), "n_features": summary["n_features"]},
+        "random": {"test_aukc": summary["random_aukc_mean"], "test_aukc_std": summary["random_aukc_std"],
+                   "val_aukc": summary["random_val_aukc_mean"], "seeds": random_seeds},
+        "methods": methods,
     }
-    return out, curves
 
 
-def plot_curves(dataset: str, curves: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6.5, 4))
-    first = next(iter(curves.values()))
-    for i, pts in enumerate(first.random.values()):
-        ax.plot([p.k for p in pts], [p.test_auc for p in pts], "-o", color="0.65", markersize=3, linewidth=1,
-                label="random rankings" if i == 0 else None)
-    for name, curve in curves.items():
-        ax.plot([p.k for p in curve.points], [p.test_auc for p in curve.points], "-o", markersize=4,
-                label=f"{name} (AUKC {curve.aukc:.4f})")
-    ax.axhline(first.full.test_auc, color="black", linestyle="--", linewidth=0.8, label=f"all {first.full.k} fields")
-    ax.set_xlabel("fields kept (k)")
-    ax.set_ylabel("test AUC")
-    ax.set_title(f"Selection curves on {dataset} (DCNv2)", fontsize=10)
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    atomic_savefig(fig, path, dpi=110)
-    plt.close(fig)
+def leap_verdict(curves: dict[str, Any]) -> dict[str, Any]:
+    """LeAP's test AUKC against the best other method on each dataset (a difference counts only
+    beyond the seed spread: the standard error of the difference of the two means)."""
+    out: dict[str, Any] = {}
+    for dataset, c in curves.items():
+        scored = {n: m["test_aukc"] for n, m in c["methods"].items() if "test_aukc" in m}
+        if "leap" not in scored or len(scored) < 2:
+            continue
+        leap = scored["leap"]
+        best_name = max((n for n in scored if n != "leap"), key=lambda n: scored[n]["mean"])
+        best = scored[best_name]
+        se = float(np.sqrt(sum((x["std"] ** 2) / max(x["n"], 1) for x in (leap, best))))
+        v = verdict(leap["mean"], best["mean"], se) if leap["n"] > 1 and best["n"] > 1 else TIE
+        out[dataset] = {"leap": leap["mean"], "best_other": best_name, "best_other_aukc": best["mean"], "spread": se,
+                        "verdict": {BETTER: "LeAP strictly best", TIE: "tie (within the seed spread)",
+                                    WORSE: "LeAP behind"}[v]}
+    return out
 
 
 def run_cost(criteo: dict[str, Any] | None, workdir: Path, quick: bool) -> dict[str, Any]:
@@ -272,54 +375,104 @@ def above_random(m: dict[str, Any]) -> str:
     return {BETTER: "yes", TIE: "tie", WORSE: "NO"}[verdict(m["aukc"], m["random_aukc_mean"], spread)]
 
 
+def _pm(x: dict[str, Any], digits: int = 4) -> str:
+    if not x or x.get("n", 0) == 0:
+        return "-"
+    return f"{x['mean']:.{digits}f}" + (f" +/- {x['std']:.{digits}f}" if x.get("n", 0) > 1 else "")
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
-        "# Feature selection: planted truth, selection curves, cost",
+        "# Feature selection: the ERASE selectors on planted truth, an ID-like trap, real data, and cost",
         "",
         f"Command: `{result['command']}`  ",
         f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
         f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}; wall time {result['seconds']} s.",
         "",
+        "Every value is the mean over the ranking seeds +/- their standard deviation. A verdict says better/best "
+        "only when the difference exceeds the seed spread.",
+        "",
     ]
+    if not result.get("complete", True):
+        lines += ["**Incomplete run**: the parts below are those that finished before the run was stopped.", ""]
     syn = result.get("synthetic")
     if syn:
         lines += [
-            f"## Planted truth (synthetic, {syn['rows']:,} rows, {syn['fields']} fields, 10 informative; DCNv2, {syn['epochs']} epochs)",
+            f"## Planted truth (synthetic, {syn['rows']:,} rows, {syn['fields']} fields, 10 informative; DCNv2, "
+            f"{syn['epochs']} epochs; {syn['seeds']} seeds)",
             "",
             "Targets: precision@10 = 1.0 for LeAP and OutRank's combined relevance, >= 0.9 for every method.",
             "",
-            "| method | precision@10 | Spearman vs planted strength | cost (s) | missed |",
+            "| method | precision@10 | target | Spearman vs planted strength | cost (s) | missed (seeds) |",
+            "|---|---|---|---|---|---|",
+        ]
+        for name, m in sorted(syn["methods"].items(), key=lambda kv: -kv[1]["precision_at_10"]["mean"]):
+            target = TARGETS["precision_at_10"].get(name, TARGETS["precision_at_10"]["any"])
+            ok = "met" if m["precision_at_10"]["mean"] >= target else "NOT met"
+            missed = ", ".join(f"{f} ({c})" for f, c in m["missed"].items()) or "-"
+            lines.append(f"| {name} | {_pm(m['precision_at_10'], 2)} | {ok} | {_pm(m['spearman'], 3)} | "
+                         f"{_pm(m['cost_seconds'], 1)} | {missed} |")
+        lines.append("")
+    trap = result.get("trap")
+    if trap:
+        lines += [
+            f"## ID-like trap (the same layout at {trap['rows']:,} rows, {trap['train_rows']:,} training rows; "
+            f"{trap['seeds']} seeds)",
+            "",
+            "ID-like noise fields (distinct values / training rows): "
+            + ", ".join(f"{n} ({v})" for n, v in trap["id_like"].items()) + ".",
+            "Target: no ID-like field in the top 10 of any learned selector.",
+            "",
+            "| method | ID-like fields in top 10 | worst seed | best rank of an ID-like field | verdict |",
             "|---|---|---|---|---|",
         ]
-        for name, m in syn["methods"].items():
-            target = TARGETS["precision_at_10"].get(name, TARGETS["precision_at_10"]["any"])
-            ok = "met" if m["precision_at_10"] >= target else "NOT met"
-            lines.append(f"| {name} | {m['precision_at_10']:.2f} ({ok}) | {m['spearman']:.3f} | {m['cost_seconds']} | "
-                         f"{', '.join(m['missed']) or '-'} |")
+        for name, m in sorted(trap["methods"].items(), key=lambda kv: kv[1]["id_like_in_top10"]["mean"]):
+            ranks = [r["best_id_like_rank"] for r in m["runs"] if r["best_id_like_rank"] is not None]
+            learned = name not in MODEL_FREE
+            ok = ("met" if m["worst"] == 0 else "NOT met") if learned else "(model-free)"
+            lines.append(f"| {name} | {_pm(m['id_like_in_top10'], 2)} | {m['worst']} | {min(ranks) if ranks else '-'} | {ok} |")
         lines.append("")
-    for dataset in ("frappe", "criteo"):
-        c = result.get("curves", {}).get(dataset)
-        if not c:
-            continue
+    curves = result.get("curves", {})
+    for dataset, c in curves.items():
         lines += [
             f"## Selection curves: {dataset} (`{c['config']}` with {' '.join(c['overrides'])}; k = {c['ks']}; "
-            f"{c['fits']} fits, {c['seconds']} s)",
+            f"{c['seeds']} ranking seeds; {c['fits']} fits, {c['seconds']} s)",
             "",
             f"![{dataset}](selection_{dataset}.png)",
             "",
-            "| method | AUKC | random AUKC (3 seeds) | above random | all-fields test AUC | smallest k within 0.001 | ranking cost (s) |",
+            f"All {c['full']['n_features']} fields: validation AUC {c['full']['val_auc']:.4f}, test AUC "
+            f"{c['full']['test_auc']:.4f}, one fit {c['full']['seconds']} s. Random rankings ({c['random']['seeds']} seeds): "
+            f"validation AUKC {c['random']['val_aukc']:.4f}, test AUKC {c['random']['test_aukc']:.4f} +/- "
+            f"{c['random']['test_aukc_std']:.4f}. k is chosen on validation; test is read once per model.",
+            "",
+            "| method | validation AUKC | test AUKC | above random | smallest k within 0.001 (validation) | "
+            "ranking cost (fits) | top 5 |",
             "|---|---|---|---|---|---|---|",
         ]
-        for name, m in c["methods"].items():
-            lines.append(
-                f"| {name} | {m['aukc']:.4f} | {m['random_aukc_mean']:.4f} +/- {m['random_aukc_std']:.4f} | "
-                f"{above_random(m)} | {m['full_test_auc']:.4f} | {m['smallest_k_within_tolerance']} | {m['rank_cost_seconds']} |"
-            )
-        leap, perm = c["methods"].get("leap"), c["methods"].get("permutation")
-        if leap and perm:
-            lines.append(f"\nLeAP AUKC {'>=' if leap['aukc'] >= perm['aukc'] else '<'} permutation AUKC "
-                         f"({leap['aukc']:.4f} vs {perm['aukc']:.4f}; target: LeAP at least as good).")
+        ordered = sorted(c["methods"].items(), key=lambda kv: -kv[1]["test_aukc"]["mean"] if "test_aukc" in kv[1] else 1.0)
+        for name, m in ordered:
+            if "test_aukc" not in m:
+                lines.append(f"| {name} | failed: {m.get('failed')} | | | | | |")
+                continue
+            above = above_random({"aukc": m["test_aukc"]["mean"], "random_aukc_mean": c["random"]["test_aukc"],
+                                  "random_aukc_std": c["random"]["test_aukc_std"]})
+            lines.append(f"| {name} | {_pm(m['val_aukc'])} | {_pm(m['test_aukc'])} | {above} | {m['smallest_k']} | "
+                         f"{_pm(m['rank_cost_fits'], 2)} | {', '.join(m['top'])} |")
         lines.append("")
+    verdicts = result.get("leap_verdicts")
+    if verdicts:
+        strict = sum(v["verdict"] == "LeAP strictly best" for v in verdicts.values())
+        behind = [d for d, v in verdicts.items() if v["verdict"] == "LeAP behind"]
+        lines += [
+            "## LeAP against the best other selector (test AUKC)",
+            "",
+            "| dataset | LeAP | best other | its AUKC | seed spread | verdict |",
+            "|---|---|---|---|---|---|",
+        ]
+        for d, v in verdicts.items():
+            lines.append(f"| {d} | {v['leap']:.4f} | {v['best_other']} | {v['best_other_aukc']:.4f} | {v['spread']:.4f} | {v['verdict']} |")
+        lines += ["", f"Target (best or within one seed spread everywhere, strictly best on >= 2): "
+                  f"{'met' if not behind and strict >= 2 else 'NOT met'} (strictly best on {strict}; behind on {behind or 'none'}).", ""]
     cost = result.get("cost")
     if cost:
         pv, pt = cost["permutation_val"], cost.get("permutation_train")
@@ -353,10 +506,14 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="synthetic,curves,cost", help="comma-separated: synthetic, curves, cost")
-    parser.add_argument("--rows", type=int, default=100_000, help="synthetic rows")
+    parser.add_argument("--parts", default="synthetic,trap,curves,cost", help="comma-separated: synthetic, trap, curves, cost")
+    parser.add_argument("--datasets", default="criteo,frappe,movielens", help="curves: comma-separated datasets")
+    parser.add_argument("--methods", default=None, help="comma-separated registry names (default: every selector)")
+    parser.add_argument("--rows", type=int, default=1_000_000, help="synthetic rows")
+    parser.add_argument("--trap-rows", type=int, default=20_000, help="rows of the ID-like trap variant")
     parser.add_argument("--epochs", type=int, default=3, help="synthetic training epochs")
-    parser.add_argument("--random-seeds", type=int, default=3)
+    parser.add_argument("--seeds", type=int, default=3, help="ranking seeds per method")
+    parser.add_argument("--random-seeds", type=int, default=3, help="random rankings per curve")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="smoke run: small data, 1 epoch (not a result)")
     args = parser.parse_args(argv)
@@ -364,30 +521,45 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
-    
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
+    names = method_list(args.methods)
     args.output_dir = args.output_dir.resolve()
-    rows, epochs, seeds = (6_000, 1, 1) if args.quick else (args.rows, args.epochs, args.random_seeds)
+    rows, trap_rows, epochs, seeds, rseeds = ((6_000, 4_000, 1, 1, 1) if args.quick else
+                                             (args.rows, args.trap_rows, args.epochs, args.seeds, args.random_seeds))
     start = time.perf_counter()
     result: dict[str, Any] = result_header("selection", argv, args.quick, TARGETS)
+    result["methods"] = names
+    result["complete"] = False  # set when every part has run
     name = "selection_quick" if args.quick else "selection"
     args.output_dir.mkdir(parents=True, exist_ok=True)
-    with isolated_workdir("salience-selection-") as work:
-        if "synthetic" in parts:
-            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick)
-        if "curves" in parts:
-            result["curves"] = {}
-            for dataset in QUICK_CURVES if args.quick else CURVE_SETTINGS:
-                result["curves"][dataset], curves = run_curves(dataset, work, args.quick, seeds)
-                plot_curves(dataset, curves, args.output_dir / f"{name}_{dataset}.png")
-        if "cost" in parts:
-            result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
-    result["seconds"] = round(time.perf_counter() - start, 1)
     from recsys.io import atomic_write_json
 
-    atomic_write_json(args.output_dir / f"{name}.json", result)
-    md = to_markdown(result).replace("(selection_", f"({name}_")
-    atomic_write_text(args.output_dir / f"{name}.md", md)
+    def write() -> str:  # after every part: a run stopped early still leaves what it finished
+        result["seconds"] = round(time.perf_counter() - start, 1)
+        atomic_write_json(args.output_dir / f"{name}.json", result)
+        md = to_markdown(result).replace("(selection_", f"({name}_")
+        atomic_write_text(args.output_dir / f"{name}.md", md)
+        return md
+
+    with isolated_workdir("salience-selection-") as work:
+        if "synthetic" in parts:
+            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds)
+            write()
+        if "trap" in parts:
+            result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds)
+            write()
+        if "curves" in parts:
+            result["curves"] = {}
+            datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
+            for dataset in (QUICK_CURVES if args.quick else datasets):
+                result["curves"][dataset] = run_curves(dataset, work, args.quick, rseeds, names, seeds,
+                                                       args.output_dir / f"{name}_{dataset}.png")
+                result["leap_verdicts"] = leap_verdict(result["curves"])
+                write()
+        if "cost" in parts:
+            result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
+    result["complete"] = True
+    md = write()
     print(md)
     return 0
 

@@ -504,6 +504,25 @@ class Preprocessor:
             "dense_stats": {k: list(v) for k, v in self.dense_stats.items()},
         }
 
+    def same_encoders(self, other: Preprocessor) -> bool:
+        """Whether ``other`` encodes every value as this one does (schema, vocabularies in id order
+        with their counts, dense statistics), compared array to array: no Python object per token."""
+        if not (self.fitted and other.fitted) or self.fitted_schema.to_dict() != other.fitted_schema.to_dict():
+            return False
+        if self.dense_stats.keys() != other.dense_stats.keys() or any(
+            tuple(map(float, self.dense_stats[k])) != tuple(map(float, other.dense_stats[k])) for k in self.dense_stats
+        ):
+            return False
+        if self.vocabularies.keys() != other.vocabularies.keys():
+            return False
+        for name, mine in self.vocabularies.items():
+            theirs = other.vocabularies[name]
+            if len(mine) != len(theirs) or not np.array_equal(mine.counts.array, theirs.counts.array):
+                return False
+            if not mine.tokens.arrow.cast(pa.large_string()).equals(theirs.tokens.arrow.cast(pa.large_string())):
+                return False
+        return True
+
     @classmethod
     def from_state_dict(cls, state: dict[str, Any]) -> Preprocessor:
         from dataclasses import replace

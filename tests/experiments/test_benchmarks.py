@@ -62,25 +62,31 @@ def test_train_throughput_reads_the_real_criteo_head(
 
 
 def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
-    """The selection benchmark runs end to end at tiny size (numbers meaningless)."""
+    """The selection benchmark runs end to end at tiny size (numbers meaningless); four methods of
+    the registry's kinds (the contract test runs every one)."""
     from experiments.benchmarks import selection as bench
     from tests.conftest import require_dataset
 
     require_dataset(data_dir, "criteo-kaggle-head10k")
-    assert bench.main(["--quick", "--output-dir", str(tmp_path)]) == 0
+    methods = ["outrank", "leap", "lasso", "sfs"]
+    assert bench.main(["--quick", "--methods", ",".join(methods), "--output-dir", str(tmp_path)]) == 0
     result = json.loads((tmp_path / "selection_quick.json").read_text())
-    assert result["quick"] and set(result["synthetic"]["methods"]) >= {"outrank", "permutation", "leap"}
+    assert result["quick"] and set(result["synthetic"]["methods"]) == set(methods) and result["methods"] == methods
     for m in result["synthetic"]["methods"].values():
-        assert 0.0 <= m["precision_at_10"] <= 1.0 and len(m["top10"]) == 10
+        assert 0.0 <= m["precision_at_10"]["mean"] <= 1.0 and len(m["runs"][0]["top10"]) == 10
+    assert set(result["trap"]["methods"]) == set(methods)
     assert set(result["curves"]) == set(bench.QUICK_CURVES)  # --quick: the Criteo head's curves only
     for dataset in bench.QUICK_CURVES:
-        methods = result["curves"][dataset]["methods"]
-        assert set(methods) == {"outrank", "permutation", "leap"}
-        assert all(len(m["curve"]) == len(result["curves"][dataset]["ks"]) for m in methods.values())
+        curves = result["curves"][dataset]["methods"]
+        assert set(curves) == set(methods) and all(0.0 < m["test_aukc"]["mean"] < 1.0 for m in curves.values())
+        assert all(m["rank_cost_fits"]["mean"] >= 0 for m in curves.values())
         assert (tmp_path / f"selection_quick_{dataset}.png").exists()
+    assert set(result["leap_verdicts"]) == set(bench.QUICK_CURVES)
     cost = result["cost"]
     assert cost["leap_seconds"] > 0 and cost["permutation_val"]["total_seconds"] > 0
-    assert "| plain training run |" in (tmp_path / "selection_quick.md").read_text()
+    markdown = (tmp_path / "selection_quick.md").read_text()
+    assert "| plain training run |" in markdown and "## ID-like trap" in markdown and "| lasso |" in markdown
+    assert bench.method_list() == [n for n in bench.method_list() if n != "random"] and "random" not in bench.method_list()
 
 
 def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
