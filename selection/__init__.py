@@ -27,7 +27,7 @@ from selection.base import ImportanceMethod, RandomRanking, feature_widths, get_
 from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, selection_curve
 from selection.gbdt import GBDTImportance
 from selection.lasso import LassoImportance
-from selection.leap import LeAP, LeAPRegularizer, LeAPSeam
+from selection.leap import LeAP, LeAPGateData, LeAPRegularizer, LeAPSeam
 from selection.lpfs import LPFS, LPFSSeam
 from selection.lightgbm_importance import LightGBMImportance
 from selection.outrank import OutRank
@@ -53,6 +53,7 @@ __all__ = [
     "LPFSSeam",
     "LassoImportance",
     "LeAP",
+    "LeAPGateData",
     "LeAPRegularizer",
     "LeAPSeam",
     "LightGBMImportance",

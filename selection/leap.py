@@ -24,6 +24,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from enum import Enum, unique
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -35,7 +36,7 @@ from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema
 from selection.report import ImportanceReport
 
-__all__ = ["LeAP", "LeAPEvalGate", "LeAPRegularizer", "LeAPSeam", "leap_gates"]
+__all__ = ["LeAP", "LeAPEvalGate", "LeAPGateData", "LeAPRegularizer", "LeAPSeam", "leap_gates"]
 
 
 @unique
@@ -44,6 +45,14 @@ class LeAPRegularizer(str, Enum):
 
     GRADIENT_NORMALIZATION = "gradient_normalization"  # task grad of s_f / (d_f^α · max(ρ̂_f, ε)); uniform λ
     PENALTY_SCALING = "penalty_scaling"  # c_f = EMA |∂L_task/∂s_f| (stop-gradient); λ is scale-free
+
+
+@unique
+class LeAPGateData(str, Enum):
+    """Which rows the gates learn from."""
+
+    TRAIN = "train"  # the gates are trained with the model, on its training batches
+    VALIDATION = "validation"  # [INF] first-order bi-level: the gates step on validation batches only
 
 
 @unique
@@ -160,6 +169,14 @@ class LeAPSeam(SeamTransform):
         eval_gate: ``identity`` or ``hard`` (see above).
         threshold: gate value under which a field counts as removed (hard eval gate).
         record_every: record the gates every this many training steps (the trajectory).
+        gate_data: ``train`` (the gates are ordinary parameters of the fit) or ``validation``:
+            [INF] the gates leave the model's optimizer and take an Adam step (``learning_rate``)
+            on the task loss of one validation batch plus the penalty every ``controller_every``
+            training steps, the embedding lookups of that batch without gradients (as AutoField's
+            controller, methods.md §7.2). The backbone still trains on mixed training rows, so a
+            field whose training signal is memorised (an id seen a few times) earns no gate: its
+            mixing does not hurt the validation loss.
+        controller_every: training steps between two validation gate steps (``validation`` only).
 
     Example::
 
@@ -181,6 +198,8 @@ class LeAPSeam(SeamTransform):
         eval_gate: LeAPEvalGate | str = LeAPEvalGate.IDENTITY,
         threshold: float = 0.5,
         record_every: int = 20,
+        gate_data: LeAPGateData | str = LeAPGateData.TRAIN,
+        controller_every: int = 1,
     ) -> None:
         super().__init__()
         if penalty < 0:
@@ -193,6 +212,8 @@ class LeAPSeam(SeamTransform):
             raise ValueError(f"LeAPSeam.threshold must be in (0, 1), got {threshold}")
         if record_every < 1:
             raise ValueError(f"LeAPSeam.record_every must be >= 1, got {record_every}")
+        if controller_every < 1:
+            raise ValueError(f"LeAPSeam.controller_every must be >= 1, got {controller_every}")
         self.penalty = float(penalty)
         self.regularizer_kind = LeAPRegularizer(regularizer).value
         self.normalize_gradient = LeAPRegularizer(regularizer) is LeAPRegularizer.GRADIENT_NORMALIZATION
@@ -206,6 +227,13 @@ class LeAPSeam(SeamTransform):
         self.hard_eval = LeAPEvalGate(eval_gate) is LeAPEvalGate.HARD
         self.threshold = float(threshold)
         self.record_every = int(record_every)
+        self.gate_data = LeAPGateData(gate_data).value
+        self.on_validation = LeAPGateData(gate_data) is LeAPGateData.VALIDATION
+        #: read by the training module: 0 = no controller (the gates train with the model)
+        self.controller_every = int(controller_every) if self.on_validation else 0
+        self._gate_optimizer: torch.optim.Optimizer | None = None
+        self._controller_pass = False
+        self.controller_steps = 0
         # filled by bind(); the eval path (TorchScript) reads sparse_names, offsets, num_sparse
         # and num_dense. Empty lists are built as `list[str]()`: TorchScript warns about an
         # annotated empty container in __init__ and infers the type of the bound value instead
@@ -258,6 +286,8 @@ class LeAPSeam(SeamTransform):
         self._train_steps = 0
         self._history_steps = []
         self._history_gates = []
+        self._gate_optimizer = None
+        self.controller_steps = 0
 
     # -- gates -------------------------------------------------------------------------------
     def gates(self) -> torch.Tensor:
@@ -365,6 +395,8 @@ class LeAPSeam(SeamTransform):
         self.last_rho.copy_(rho)
         if s.requires_grad:  # a hook registered before backward sees only dL_task/ds (see regularization)
             s.register_hook(self._task_gradient_hook(rho))
+        if self._controller_pass:  # a validation batch of the gate step: no training statistics
+            return out, dense_out
         with torch.no_grad():
             self._update_running_mean(sparse, dense)
             self.last_logits.copy_(self.logits.detach())
@@ -416,10 +448,43 @@ class LeAPSeam(SeamTransform):
 
     @torch.jit.unused
     def regularization(self) -> torch.Tensor:
-        """``λ Σ_f c_f σ(θ_f/τ)`` from a freshly evaluated σ (the forward's hook never sees it)."""
+        """``λ Σ_f c_f σ(θ_f/τ)`` from a freshly evaluated σ (the forward's hook never sees it);
+        0 when the gates learn on validation batches (:meth:`controller_step` adds it there)."""
+        if self.on_validation:
+            return self.logits.sum() * 0.0
+        return self._penalty()
+
+    @torch.jit.unused
+    def _penalty(self) -> torch.Tensor:
         if not self.field_names or self.penalty == 0.0:
             return self.logits.sum() * 0.0
         return self.penalty * (self._coefficients().detach() * self.gates()).sum()
+
+    # -- validation gates (gate_data="validation") ------------------------------------------------
+    @torch.jit.unused
+    def controller_parameters(self) -> list[nn.Parameter]:
+        return [self.logits] if self.on_validation else []
+
+    @torch.jit.unused
+    def controller_step(self, loss: Callable[[], torch.Tensor]) -> None:
+        """One Adam step of the gates on ``loss()`` (a validation batch, mixed by this seam in
+        training mode) plus the penalty; the hook of the forward normalises the task part as on
+        training batches."""
+        if not self.on_validation:
+            return
+        if self._gate_optimizer is None:
+            self._gate_optimizer = torch.optim.Adam([self.logits], lr=self.learning_rate)
+        self._controller_pass = True
+        try:
+            objective = loss() + self._penalty()
+        finally:
+            self._controller_pass = False
+        (grad,) = torch.autograd.grad(objective, [self.logits])
+        self._gate_optimizer.zero_grad()
+        self.logits.grad = grad
+        self._gate_optimizer.step()
+        self.logits.grad = None
+        self.controller_steps += 1
 
 
 def leap_gates(model: nn.Module) -> dict[str, float]:
@@ -453,6 +518,9 @@ class LeAP(ImportanceMethod):
         leakage_threshold: features of the training rows scoring at least this x a copy of the
             label (OutRank's check) are left out of the fit and listed as excluded; 0 turns the
             screen off.
+        gate_data: ``train`` or ``validation`` (the gates step on validation batches; see
+            :class:`LeAPSeam`).
+        controller_every: training steps between two validation gate steps.
 
     The report: score = final gate s_f (after the last training step), width = seam width,
     ``cost_seconds`` = the fit's wall time, extras = ``gate_trajectory``,
@@ -474,9 +542,12 @@ class LeAP(ImportanceMethod):
     threshold: float = 0.5
     tracking: bool = True
     leakage_threshold: float = 0.9
+    gate_data: LeAPGateData = LeAPGateData.TRAIN
+    controller_every: int = 1
 
     def __post_init__(self) -> None:
         self.regularizer = LeAPRegularizer(self.regularizer)
+        self.gate_data = LeAPGateData(self.gate_data)
 
     def seam_spec(self) -> dict[str, Any]:
         """The ``model.seam`` spec this method trains with."""
@@ -490,6 +561,8 @@ class LeAP(ImportanceMethod):
                 "temperature": self.temperature,
                 "alpha": self.alpha,
                 "threshold": self.threshold,
+                "gate_data": self.gate_data.value,
+                "controller_every": self.controller_every,
             },
         }
 

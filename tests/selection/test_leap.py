@@ -218,6 +218,34 @@ def test_gradient_normalization_divides_the_task_gradient(alpha: float) -> None:
     assert seam.coefficients() == {n: 1.0 for n in SPARSE + DENSE}
 
 
+def test_validation_gates_step_only_in_the_controller_on_the_normalised_task_gradient_plus_penalty() -> None:
+    """``gate_data="validation"``: the gates are controller parameters (out of the model's
+    optimizer), the training loss carries no penalty, and one controller step is Adam on
+    (normalised validation task gradient + λ) · ds/dθ, without counting as a training step."""
+    lam, lr, eps = 0.05, 0.1, 0.1
+    seam = bound_seam(penalty=lam, gate_data="validation", controller_every=3, learning_rate=lr, epsilon=eps)
+    assert seam.controller_every == 3 and seam.controller_parameters() == [seam.logits]
+    assert bound_seam().controller_every == 0 and bound_seam().controller_parameters() == []
+    sparse, dense = toy_inputs()
+    perms = fixed_permutations(4)
+    seam.train()
+    seam.draw_permutations = lambda batch_size, device: perms  # type: ignore[method-assign]
+    assert float(seam.regularization()) == 0.0
+    g = reference_task_gradient(seam, sparse, dense, perms)
+    _, _, rho = seam.mix(sparse, dense, seam.gates().detach(), perms)
+    s = seam.gates().detach()
+    expected = (g / (torch.tensor([3.0, 2.0, 1.0, 1.0]) ** 0.5 * rho.clamp(min=eps)) + lam) * s * (1 - s)
+    reference = torch.nn.Parameter(seam.logits.detach().clone())
+    adam = torch.optim.Adam([reference], lr=lr)
+    reference.grad = expected
+    adam.step()
+    seam.controller_step(lambda: toy_task(*seam(sparse, dense)))
+    torch.testing.assert_close(seam.logits.detach(), reference.detach(), rtol=1e-5, atol=1e-7)
+    assert seam.controller_steps == 1 and seam._train_steps == 0 and seam.logits.grad is None
+    seam(sparse, dense)  # a training batch counts
+    assert seam._train_steps == 1
+
+
 def test_options_are_typed_and_validated() -> None:
     seam = LeAPSeam(regularizer="penalty_scaling", eval_gate="hard")
     assert seam.regularizer_kind == LeAPRegularizer.PENALTY_SCALING.value and seam.hard_eval
@@ -395,3 +423,28 @@ def test_same_seed_same_gates(tmp_cwd: Path) -> None:
     assert a.extras["gate_trajectory"] == b.extras["gate_trajectory"]
     c = LeAP(seed=4, tracking=False).rank(recipe, run_name="c")
     assert c.scores != a.scores
+
+
+def test_validation_gates_through_a_recipe(tmp_cwd: Path) -> None:
+    """LeAP with gates learned on validation batches: one fit, the gates out of the model's
+    optimizer and stepped by the controller; the strongest planted field outranks the noise."""
+    from recsys.data.synthetic import GroundTruth
+    from recsys.train.recipe import Recipe
+
+    recipe = Recipe(synthetic_config(6_000, 2, tmp_cwd), workdir=tmp_cwd / "fits", quiet=True)
+    method = LeAP(seed=0, tracking=False, gate_data="validation", controller_every=1)
+    assert method.seam_spec()["init_args"]["gate_data"] == "validation"
+    report = method.rank(recipe)
+    truth = GroundTruth.from_dict(recipe.schema.extras["ground_truth"])
+    gates = report.scores
+    assert set(gates) == set(recipe.schema.names)
+    noise = truth.names("noise")
+    strong = [f for f in truth.signal if truth[f].strength >= 0.3]
+    assert np.mean([gates[f] for f in strong]) > np.mean([gates[f] for f in noise])
+    trajectory = report.extras["gate_trajectory"]["gates"]["item_id"]
+    assert len(set(trajectory)) > 1  # the gates moved (only the controller steps them)
+    model = recipe.fit(seam=method.seam_spec(), tracking=False, max_epochs=1).task
+    optimizer = model.configure_optimizers()
+    optimizer = optimizer["optimizer"] if isinstance(optimizer, dict) else optimizer
+    assert all(p is not model.model.seam.logits for g in optimizer.param_groups for p in g["params"])
+    assert model.model.seam.controller_steps > 0
