@@ -117,7 +117,8 @@ def test_search_fits_can_drop_their_checkpoints_and_the_data_module_keeps_no_mod
     tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``keep_checkpoints=False`` deletes a tested fit's checkpoints (its metrics stay); building
-    the data module leaves no model behind (the CLI that built it is kept reachable by its parser)."""
+    the data module leaves no model behind, and a fit's model goes with its result (the CLI that
+    built them is kept reachable by its parser)."""
     import functools
     import gc
     import weakref
@@ -137,9 +138,13 @@ def test_search_fits_can_drop_their_checkpoints_and_the_data_module_keeps_no_mod
     assert recipe.datamodule is not None
     gc.collect()
     assert len(built) == 1 and built[0]() is None
-    result = recipe.fit(features=["item_id", "price"], tracking=False)
+    result = recipe.fit(features=["item_id", "price"], tracking=True)
     assert "test_auc" in result.metrics and not (Path(result.root_dir) / "checkpoints").exists()
     assert Path(result.root_dir).is_dir()
+    fitted = weakref.ref(result.task)
+    del result
+    gc.collect()
+    assert fitted() is None  # the fit's model lives as long as its result, not until the next fit
 
 
 def test_optuna_import_errors_keep_no_frames() -> None:
