@@ -386,6 +386,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         "# Feature selection: the ERASE selectors on planted truth, an ID-like trap, real data, and cost",
         "",
         f"Command: `{result['command']}`  ",
+        *([f"Earlier commands (parts kept with `--merge`): {', '.join(f'`{c}`' for c in result['earlier_commands'])}  "]
+          if result.get("earlier_commands") else []),
         f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
         f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}; wall time {result['seconds']} s.",
         "",
@@ -401,6 +403,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"## Planted truth (synthetic, {syn['rows']:,} rows, {syn['fields']} fields, 10 informative; DCNv2, "
             f"{syn['epochs']} epochs; {syn['seeds']} seeds)",
             "",
+            f"Measured by `{syn.get('command', result['command'])}`. "
             "Targets: precision@10 = 1.0 for LeAP and OutRank's combined relevance, >= 0.9 for every method.",
             "",
             "| method | precision@10 | target | Spearman vs planted strength | cost (s) | missed (seeds) |",
@@ -421,7 +424,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             "ID-like noise fields (distinct values / training rows): "
             + ", ".join(f"{n} ({v})" for n, v in trap["id_like"].items()) + ".",
-            "Target: no ID-like field in the top 10 of any learned selector.",
+            f"Target: no ID-like field in the top 10 of any learned selector. Measured by `{trap.get('command', result['command'])}`.",
             "",
             "| method | ID-like fields in top 10 | worst seed | best rank of an ID-like field | verdict |",
             "|---|---|---|---|---|",
@@ -443,7 +446,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"All {c['full']['n_features']} fields: validation AUC {c['full']['val_auc']:.4f}, test AUC "
             f"{c['full']['test_auc']:.4f}, one fit {c['full']['seconds']} s. Random rankings ({c['random']['seeds']} seeds): "
             f"validation AUKC {c['random']['val_aukc']:.4f}, test AUKC {c['random']['test_aukc']:.4f} +/- "
-            f"{c['random']['test_aukc_std']:.4f}. k is chosen on validation; test is read once per model.",
+            f"{c['random']['test_aukc_std']:.4f}. k is chosen on validation; test is read once per model. "
+            f"Measured by `{c.get('command', result['command'])}`.",
             "",
             "| method | validation AUKC | test AUKC | above random | smallest k within 0.001 (validation) | "
             "ranking cost (fits) | top 5 |",
@@ -478,6 +482,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         pv, pt = cost["permutation_val"], cost.get("permutation_train")
         lines += [
             f"## Cost (Criteo head-10k, {cost['fields']} fields, {cost['epochs']} epochs, side by side in one process)",
+            "",
+            f"Measured by `{cost.get('command', result['command'])}`.",
             "",
             "| measurement | seconds | ratio | target |",
             "|---|---|---|---|",
@@ -516,6 +522,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--random-seeds", type=int, default=3, help="random rankings per curve")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true", help="smoke run: small data, 1 epoch (not a result)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the parts (and curve datasets) of the existing result that this run does not redo")
     args = parser.parse_args(argv)
 
     import warnings
@@ -532,6 +540,21 @@ def main(argv: list[str] | None = None) -> int:
     result["complete"] = False  # set when every part has run
     name = "selection_quick" if args.quick else "selection"
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    previous_path = args.output_dir / f"{name}.json"
+    if args.merge and previous_path.is_file():  # each part records the command that measured it
+        previous = json.loads(previous_path.read_text())
+        result["earlier_commands"] = [c for c in [*previous.get("earlier_commands", []), previous.get("command")] if c]
+        for part in ("synthetic", "trap", "cost"):
+            if part in previous and part not in parts:
+                result[part] = previous[part]
+        if previous.get("curves"):
+            result["curves"] = dict(previous["curves"])
+            result["leap_verdicts"] = leap_verdict(result["curves"])
+        for key in ("synthetic", "trap", "cost"):
+            if key in result and "command" not in result[key]:
+                result[key]["command"] = previous.get("command")
+        for c in result.get("curves", {}).values():
+            c.setdefault("command", previous.get("command"))
     from recsys.io import atomic_write_json
 
     def write() -> str:  # after every part: a run stopped early still leaves what it finished
@@ -543,22 +566,24 @@ def main(argv: list[str] | None = None) -> int:
 
     with isolated_workdir("salience-selection-") as work:
         if "synthetic" in parts:
-            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds)
+            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
             write()
         if "trap" in parts:
-            result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds)
+            result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
             write()
         if "curves" in parts:
-            result["curves"] = {}
+            result.setdefault("curves", {})
             datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
             for dataset in (QUICK_CURVES if args.quick else datasets):
                 result["curves"][dataset] = run_curves(dataset, work, args.quick, rseeds, names, seeds,
                                                        args.output_dir / f"{name}_{dataset}.png")
+                result["curves"][dataset]["command"] = result["command"]
                 result["leap_verdicts"] = leap_verdict(result["curves"])
                 write()
         if "cost" in parts:
-            result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick)
-    result["complete"] = True
+            result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick) | {"command": result["command"]}
+    result["complete"] = all(p in result for p in ("synthetic", "trap", "curves", "cost")) and (
+        args.quick or set(result["curves"]) >= set(CURVE_SETTINGS))
     md = write()
     print(md)
     return 0

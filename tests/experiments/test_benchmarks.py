@@ -87,6 +87,12 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     markdown = (tmp_path / "selection_quick.md").read_text()
     assert "| plain training run |" in markdown and "## ID-like trap" in markdown and "| lasso |" in markdown
     assert bench.method_list() == [n for n in bench.method_list() if n != "random"] and "random" not in bench.method_list()
+    # --merge keeps the parts a later run does not redo, each with the command that measured it
+    assert bench.main(["--quick", "--merge", "--parts", "none", "--methods", ",".join(methods),
+                       "--output-dir", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "selection_quick.json").read_text())
+    assert merged["synthetic"] == result["synthetic"] | {"command": result["command"]} and merged["cost"]["leap_seconds"] > 0
+    assert merged["earlier_commands"] == [result["command"]] and merged["complete"]
 
 
 def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
