@@ -185,6 +185,10 @@ class LeAPSeam(SeamTransform):
         model.seam.trajectory()           # {"steps": [...], "gates": {feature: [...]}}
     """
 
+    #: training-only state TorchScript never sees (the base class annotates ``controller_every``)
+    __jit_ignored_attributes__ = ["controller_every", "controller_steps", "gate_data", "on_validation",
+                                  "_gate_optimizer", "_controller_pass"]
+
     def __init__(
         self,
         penalty: float = 0.001,

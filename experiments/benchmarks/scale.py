@@ -16,7 +16,7 @@ fresh process of its own so that its peak RSS is its own:
 * ``pipeline``: ``salience pipeline`` on the file (quality gates on a 1M-row sample, OutRank
   screening, the LeAP selection curve, DNIS dims, GIF tuning, final fit, export and parity),
   every fit (the DNIS phases and the tuning trials too) capped at ``--pipeline-steps`` training
-  batches, 50 validation batches and 200 test batches (410k rows; the whole test split at 45M
+  batches, 50 validation batches (DNIS: a sample of as many rows) and 200 test batches (410k rows; the whole test split at 45M
   rows is 4.5M), so that the step shows that the whole path runs on the file in bounded memory, not model quality;
 * ``train``: DCNv2 on the shard set (fused EBC, batch 2048, embedding dim 16), ``--steps``
   timed steps after ``--warmup`` steps, batches drawn by the streaming loader from the whole
@@ -237,7 +237,8 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
         "screening": {"enabled": True, "drop_below_noise": True},
         "selection": {"method": "leap", "ks": [8, 16, 24, 32], "random_seeds": [0], "tolerance": 0.002},
         "dims": {"method": "dnis", "budget": 0.5, "uniform_dim": 16,
-                 "options": {"blocks": [1.0], "warm_start_epochs": 1, "search_epochs": 1, "max_steps": args.pipeline_steps}},
+                 "options": {"blocks": [1.0], "warm_start_epochs": 1, "search_epochs": 1, "max_steps": args.pipeline_steps,
+                             "eval_rows": 50 * args.batch_size}},
         "tuning": {"sampler": "gif", "n_trials": 4, "max_epochs": 1, "limit_train_batches": args.pipeline_steps,
                    "overrides": caps[2:]},
         "compare": {"auc_tolerance": 0.002, "latency_batches": [1, 1024], "latency_repeats": 10},

@@ -286,6 +286,26 @@ def test_auc_tolerance_picks_the_largest_threshold_within_tolerance(recipe: Reci
     assert plan.extras["threshold"] == max(ok)
 
 
+def test_eval_rows_scores_every_model_on_a_validation_sample(recipe: Recipe, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``eval_rows``: the warm-start, searched and every swept model are scored on the same
+    seeded sample of validation rows, not the whole split."""
+    import embeddings.dnis as dnis
+
+    seen: list[int] = []
+    evaluate = dnis._evaluate
+
+    def counted(model, data, batch_size):  # type: ignore[no-untyped-def]
+        seen.append(len(data))
+        return evaluate(model, data, batch_size)
+
+    monkeypatch.setattr(dnis, "_evaluate", counted)
+    plan = DNIS(**{**SEARCH, "warm_start_epochs": 1, "search_epochs": 1, "max_steps": 12, "eval_rows": 300}).search(recipe)
+    assert len(recipe.datamodule.split_data("val")) > 300
+    assert seen == [300] * (2 + len(plan.extras["sweep"]))
+    with pytest.raises(ValueError, match="eval_rows"):
+        DNIS(eval_rows=0)
+
+
 def test_budget_below_one_dim_per_feature_is_refused_before_training(recipe: Recipe) -> None:
     with pytest.raises(DimensionPlanError, match="smaller than one dim"):
         DNIS(**SEARCH).search(recipe, budget=min_budget(recipe.schema) - 1)
