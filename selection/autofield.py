@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from recsys.models.seam import SeamTransform
+from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import FitResult
 from selection.seam_selector import SeamSelector
 
@@ -88,11 +88,7 @@ class AutoFieldSeam(SeamTransform):
     def controller_step(self, loss: Callable[[], torch.Tensor]) -> None:
         if self._optimizer is None:
             self._optimizer = torch.optim.Adam([self.logits], lr=self.learning_rate)
-        (grad,) = torch.autograd.grad(loss(), [self.logits])
-        self._optimizer.zero_grad()
-        self.logits.grad = grad
-        self._optimizer.step()
-        self.logits.grad = None
+        step_on(self._optimizer, [self.logits], loss())
         self.controller_steps += 1
 
 

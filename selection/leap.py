@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from recsys.data.schema import Schema
-from recsys.models.seam import SeamTransform
+from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema
 from selection.report import ImportanceReport
@@ -483,11 +483,7 @@ class LeAPSeam(SeamTransform):
             objective = loss() + self._penalty()
         finally:
             self._controller_pass = False
-        (grad,) = torch.autograd.grad(objective, [self.logits])
-        self._gate_optimizer.zero_grad()
-        self.logits.grad = grad
-        self._gate_optimizer.step()
-        self.logits.grad = None
+        step_on(self._gate_optimizer, [self.logits], objective)
         self.controller_steps += 1
 
 

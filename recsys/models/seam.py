@@ -13,7 +13,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-__all__ = ["IdentitySeam", "SeamTransform"]
+__all__ = ["IdentitySeam", "SeamTransform", "step_on"]
 
 
 class SeamTransform(nn.Module):
@@ -63,6 +63,19 @@ class SeamTransform(nn.Module):
     def controller_step(self, loss: Callable[[], torch.Tensor]) -> None:
         """One controller update on ``loss()``, a validation batch's loss differentiable in the
         seam and the interaction (not in the embedding tables); a no-op by default."""
+
+
+def step_on(optimizer: torch.optim.Optimizer, parameters: list[nn.Parameter], objective: torch.Tensor) -> None:
+    """One ``optimizer`` step of ``parameters`` on ``objective``'s gradient, computed for them
+    alone (``torch.autograd.grad``): a controller step leaves no gradient on the model's own
+    parameters for its next training step to pick up."""
+    grads = torch.autograd.grad(objective, parameters)
+    optimizer.zero_grad()
+    for p, g in zip(parameters, grads, strict=True):
+        p.grad = g
+    optimizer.step()
+    for p in parameters:
+        p.grad = None
 
 
 class IdentitySeam(SeamTransform):
