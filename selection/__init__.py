@@ -13,7 +13,8 @@ Methods (each an :class:`ImportanceMethod` returning an :class:`ImportanceReport
   :class:`LightGBMImportance`;
 * the gate-based baselines of ERASE, one fit each (:mod:`selection.seam_selector`): :class:`AutoField`
   (keep/drop logits learned on validation batches), :class:`AdaFS` (instance-wise softmax
-  controller) and :class:`LPFS` (LPFS++ smoothed-L0 gates);
+  controller), :class:`LPFS` (LPFS++ smoothed-L0 gates) and :class:`OptFS` (a mask per
+  feature value, rolled up to fields);
 * the sensitivity baselines of ERASE at the seam (:mod:`selection.sensitivity`): :class:`SHARK`
   (first-order Taylor score on a trained model) and :class:`SFS` (mask gradients at
   initialisation).
@@ -30,6 +31,7 @@ from selection.lasso import LassoImportance
 from selection.leap import LeAP, LeAPGateData, LeAPRegularizer, LeAPSeam
 from selection.lpfs import LPFS, LPFSSeam
 from selection.lightgbm_importance import LightGBMImportance
+from selection.optfs import OptFS, OptFSSeam
 from selection.outrank import OutRank
 from selection.permutation import FieldShuffle, PermutationImportance, permutation_importance
 from selection.quality import QualityReport, data_quality
@@ -57,6 +59,8 @@ __all__ = [
     "LeAPRegularizer",
     "LeAPSeam",
     "LightGBMImportance",
+    "OptFS",
+    "OptFSSeam",
     "OutRank",
     "PermutationImportance",
     "QualityReport",

@@ -381,6 +381,14 @@ def _pm(x: dict[str, Any], digits: int = 4) -> str:
     return f"{x['mean']:.{digits}f}" + (f" +/- {x['std']:.{digits}f}" if x.get("n", 0) > 1 else "")
 
 
+def _kept_rows(part: dict[str, Any]) -> str:
+    """", rows of m1, m2 by `command`" for the rows a ``--merge`` run kept from earlier runs."""
+    by_command: dict[str, list[str]] = {}
+    for method, command in part.get("measured_by", {}).items():
+        by_command.setdefault(command, []).append(method)
+    return "".join(f"; rows of {', '.join(sorted(ms))} by `{c}`" for c, ms in by_command.items())
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Feature selection: the ERASE selectors on planted truth, an ID-like trap, real data, and cost",
@@ -403,7 +411,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"## Planted truth (synthetic, {syn['rows']:,} rows, {syn['fields']} fields, 10 informative; DCNv2, "
             f"{syn['epochs']} epochs; {syn['seeds']} seeds)",
             "",
-            f"Measured by `{syn.get('command', result['command'])}`. "
+            f"Measured by `{syn.get('command', result['command'])}`{_kept_rows(syn)}. "
             "Targets: precision@10 = 1.0 for LeAP and OutRank's combined relevance, >= 0.9 for every method.",
             "",
             "| method | precision@10 | target | Spearman vs planted strength | cost (s) | missed (seeds) |",
@@ -424,7 +432,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             "ID-like noise fields (distinct values / training rows): "
             + ", ".join(f"{n} ({v})" for n, v in trap["id_like"].items()) + ".",
-            f"Target: no ID-like field in the top 10 of any learned selector. Measured by `{trap.get('command', result['command'])}`.",
+            f"Target: no ID-like field in the top 10 of any learned selector. Measured by `{trap.get('command', result['command'])}`"
+            f"{_kept_rows(trap)}.",
             "",
             "| method | ID-like fields in top 10 | worst seed | best rank of an ID-like field | verdict |",
             "|---|---|---|---|---|",
@@ -541,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
     name = "selection_quick" if args.quick else "selection"
     args.output_dir.mkdir(parents=True, exist_ok=True)
     previous_path = args.output_dir / f"{name}.json"
+    previous: dict[str, Any] = {}
     if args.merge and previous_path.is_file():  # each part records the command that measured it
         previous = json.loads(previous_path.read_text())
         result["earlier_commands"] = [c for c in [*previous.get("earlier_commands", []), previous.get("command")] if c]
@@ -564,12 +574,26 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.output_dir / f"{name}.md", md)
         return md
 
+    def keep_other_methods(part: str) -> None:
+        """With ``--merge`` and ``--methods``, a redone part keeps the earlier rows of the methods
+        this run does not redo (same rows and seeds only), each with the command that measured it."""
+        old = previous.get(part) if args.merge and previous_path.is_file() else None
+        if not old or any(old.get(k) != result[part].get(k) for k in ("rows", "seeds", "epochs")):
+            return
+        measured_by = result[part].setdefault("measured_by", {})
+        for method, row in old["methods"].items():
+            if method not in result[part]["methods"]:
+                result[part]["methods"][method] = row
+                measured_by[method] = old.get("measured_by", {}).get(method, old.get("command", previous.get("command")))
+
     with isolated_workdir("salience-selection-") as work:
         if "synthetic" in parts:
             result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
+            keep_other_methods("synthetic")
             write()
         if "trap" in parts:
             result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
+            keep_other_methods("trap")
             write()
         if "curves" in parts:
             result.setdefault("curves", {})

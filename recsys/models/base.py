@@ -419,7 +419,8 @@ class RankingModel(nn.Module):
 
     def embed(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         """The seam output: (per-feature pooled embeddings, dense), after the seam transform."""
-        return self.seam(self.sparse_arch(sparse), dense)
+        pooled = self.seam.transform_values(self.sparse_arch(sparse), sparse)
+        return self.seam(pooled, dense)
 
     def forward(self, dense: torch.Tensor, sparse: KeyedJaggedTensor) -> torch.Tensor:
         emb, dense = self.embed(dense, sparse)
@@ -431,6 +432,8 @@ class RankingModel(nn.Module):
     def set_seam(self, seam: SeamTransform) -> None:
         """Install a seam transform (it is bound to this model's features first)."""
         seam.bind(list(self.sparse_names), list(self.embedding_dims), list(self.schema.dense_names))
+        rows = {f.name: f.num_embeddings for f in self.schema.sparse}
+        seam.bind_values([int(rows[name] or 0) for name in self.sparse_names])
         self.seam = seam
 
     def stacked(self, sparse: dict[str, torch.Tensor]) -> list[torch.Tensor]:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 
 import torch
 from torch import nn
+from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 __all__ = ["IdentitySeam", "SeamTransform", "step_on"]
 
@@ -43,6 +44,21 @@ class SeamTransform(nn.Module):
             sparse_dims: their pooled widths D_f.
             dense_names: dense features, in the column order of the dense tensor.
         """
+
+    def bind_values(self, num_embeddings: list[int]) -> None:
+        """Called by the model right after :meth:`bind` with each sparse feature's number of ids
+        (its table rows, in seam order): the place to create per-value parameters. A no-op by
+        default."""
+
+    def transform_values(self, pooled: dict[str, torch.Tensor], kjt: KeyedJaggedTensor) -> dict[str, torch.Tensor]:
+        """The per-value hook, before :meth:`forward`: the pooled embeddings (feature -> B x D_f)
+        with the batch's ids (``kjt``, the model's input), for transforms that act on feature
+        values rather than fields (OptFS's value masks). Returns ``pooled`` unchanged by default."""
+        return pooled
+
+    def start_epoch(self, epoch: int) -> None:
+        """Called by the training module at the start of every training epoch (0-based), for
+        schedules counted in epochs; a no-op by default."""
 
     def regularization(self) -> torch.Tensor:
         """Extra loss term (scalar); zero by default."""

@@ -177,6 +177,7 @@ class RankingTask(pl.LightningModule):
         dataset = getattr(self.trainer.train_dataloader, "dataset", None)
         if dataset is not None and hasattr(dataset, "set_epoch"):
             dataset.set_epoch(self.current_epoch)
+        self.ranking_model.seam.start_epoch(self.current_epoch)
 
     def training_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         logits = self(batch)

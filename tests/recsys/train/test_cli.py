@@ -327,3 +327,19 @@ def test_checkpoints_are_written_straight_to_a_file(fitted: tuple[SalienceCLI, P
     loaded = torch.load(path, weights_only=True)
     assert torch.equal(loaded["w"], torch.arange(6.0)) and loaded["note"] == "n"
     assert sorted(p.name for p in path.parent.iterdir()) == ["x.ckpt"]
+
+
+def test_local_checkpoints_are_loaded_memory_mapped(tmp_path: Path) -> None:
+    """A restore reads the tables from the mapped file instead of holding a second copy of them."""
+    import sys
+
+    from recsys.train.cli import FileCheckpointIO
+
+    path = tmp_path / "x.ckpt"
+    FileCheckpointIO().save_checkpoint({"state_dict": {"w": torch.arange(4096.0)}, "epoch": 2}, path)
+    loaded = FileCheckpointIO().load_checkpoint(path, weights_only=True)
+    assert torch.equal(loaded["state_dict"]["w"], torch.arange(4096.0)) and loaded["epoch"] == 2
+    if sys.platform.startswith("linux"):
+        assert str(path) in Path("/proc/self/maps").read_text()  # mapped while its tensors live
+    with pytest.raises(FileNotFoundError, match="missing.ckpt"):
+        FileCheckpointIO().load_checkpoint(tmp_path / "missing.ckpt")
