@@ -28,7 +28,7 @@ from selection.base import ImportanceMethod, RandomRanking, feature_widths, get_
 from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, selection_curve
 from selection.gbdt import GBDTImportance
 from selection.lasso import LassoImportance
-from selection.leap import LeAP, LeAPGateData, LeAPRegularizer, LeAPSeam
+from selection.leap import LeAP, LeAPFusion, LeAPGateData, LeAPRegularizer, LeAPSeam
 from selection.lpfs import LPFS, LPFSSeam
 from selection.lightgbm_importance import LightGBMImportance
 from selection.optfs import OptFS, OptFSSeam
@@ -55,6 +55,7 @@ __all__ = [
     "LPFSSeam",
     "LassoImportance",
     "LeAP",
+    "LeAPFusion",
     "LeAPGateData",
     "LeAPRegularizer",
     "LeAPSeam",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
@@ -21,8 +21,12 @@ from recsys.registry import Registered
 from recsys.train.recipe import Recipe
 from selection.report import ImportanceReport
 
+if TYPE_CHECKING:
+    from selection.outrank_scoring import OutRankScores
+
 __all__ = [
     "ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage", "trained_schema",
+    "training_relevance",
 ]
 
 class ImportanceMethod(Registered, ABC):
@@ -53,18 +57,24 @@ def get_method(name: str, **options: Any) -> ImportanceMethod:
     return ImportanceMethod.create(name, **options)
 
 
-def screen_leakage(recipe: Recipe, threshold: float = 0.9) -> dict[str, str]:
+def training_relevance(recipe: Recipe) -> OutRankScores:
+    """OutRank's relevance of every feature on ``recipe``'s raw training rows (model-free; no
+    pairs): what :func:`screen_leakage` reads, and LeAP's rank-fusion partner."""
+    from selection.outrank_scoring import OutRankConfig, Ranking, score_raw
+
+    settings = OutRankConfig(ranking=Ranking.RELEVANCE, progress=False)
+    return score_raw(recipe.raw_split("train"), settings, pairs=False)
+
+
+def screen_leakage(recipe: Recipe, threshold: float = 0.9, scores: OutRankScores | None = None) -> dict[str, str]:
     """Features of the training rows that (nearly) copy the label -> reason.
 
     OutRank's label-copy check (relevance at least ``threshold`` x the score of a copy of the
     label). Model-based methods train without these features and list them as excluded, so
-    a leak is flagged instead of silently ranked first.
+    a leak is flagged instead of silently ranked first. ``scores``: :func:`training_relevance`
+    of ``recipe`` when the caller has it already.
     """
-    from selection.outrank_scoring import OutRankConfig, Ranking, score_raw
-
-    settings = OutRankConfig(ranking=Ranking.RELEVANCE, progress=False)
-    scores = score_raw(recipe.raw_split("train"), settings, pairs=False)
-    return scores.leakage(threshold)
+    return (scores or training_relevance(recipe)).leakage(threshold)
 
 
 def method_report(

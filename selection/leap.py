@@ -33,10 +33,13 @@ from torch import nn
 from recsys.data.schema import Schema
 from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema
+from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema, training_relevance
 from selection.report import ImportanceReport
 
-__all__ = ["LeAP", "LeAPEvalGate", "LeAPGateData", "LeAPRegularizer", "LeAPSeam", "leap_gates"]
+__all__ = [
+    "LeAP", "LeAPEvalGate", "LeAPFusion", "LeAPGateData", "LeAPRegularizer", "LeAPSeam", "borda_fusion", "fuse", "leap_gates",
+    "product_fusion",
+]
 
 
 @unique
@@ -53,6 +56,54 @@ class LeAPGateData(str, Enum):
 
     TRAIN = "train"  # the gates are trained with the model, on its training batches
     VALIDATION = "validation"  # [INF] first-order bi-level: the gates step on validation batches only
+
+
+@unique
+class LeAPFusion(str, Enum):
+    """What the final ranking reads besides the gates.
+
+    [INF] The partner is OutRank's relevance on the training rows, which the leakage screen
+    computes anyway (no extra cost): the gates judge what the model uses, relevance what the
+    rows carry; each corrects the other (saturated gates, single-feature mutual information).
+    """
+
+    NONE = "none"  # the final gates alone
+    PRODUCT = "product"  # gate x relevance rank: s_f * (1 - r_rel(f) / F)
+    BORDA = "borda"  # the mean of the two ranks
+
+
+def relevance_ranks(fields: list[str], relevance: dict[str, float]) -> dict[str, int]:
+    """0-based rank of each field by ``relevance`` (largest first; missing fields count as 0,
+    ties keep ``fields``' order)."""
+    return {f: i for i, f in enumerate(sorted(fields, key=lambda f: -relevance.get(f, 0.0)))}
+
+
+def borda_fusion(gates: dict[str, float], relevance: dict[str, float]) -> dict[str, float]:
+    """Borda count of two rankings: ``score_f = (F − 1) − (r_gate + r_rel) / 2 − r_gate / (4F)``,
+    ``r`` the 0-based rank (largest score first); equal sums are ordered by the gate (the last
+    term, below the sum's 0.5 step). Fields missing from ``relevance`` count as relevance 0."""
+    n = len(gates)
+    by_gate = {f: i for i, f in enumerate(sorted(gates, key=lambda f: -gates[f]))}
+    by_relevance = relevance_ranks(sorted(gates, key=lambda f: by_gate[f]), relevance)
+    return {f: (n - 1) - (by_gate[f] + by_relevance[f]) / 2 - by_gate[f] / (4 * n) for f in gates}
+
+
+def product_fusion(gates: dict[str, float], relevance: dict[str, float]) -> dict[str, float]:
+    """Each gate times its field's relevance-rank weight: ``s_f · (1 − r_rel(f) / F)`` (the most
+    relevant field keeps its gate, the least keeps 1/F of it)."""
+    n = len(gates)
+    ranks = relevance_ranks(list(gates), relevance)
+    return {f: gates[f] * (1 - ranks[f] / n) for f in gates}
+
+
+def fuse(gates: dict[str, float], relevance: dict[str, float], fusion: LeAPFusion) -> dict[str, float]:
+    """The final scores of ``gates`` under ``fusion``."""
+    fusion = LeAPFusion(fusion)
+    if fusion is LeAPFusion.PRODUCT:
+        return product_fusion(gates, relevance)
+    if fusion is LeAPFusion.BORDA:
+        return borda_fusion(gates, relevance)
+    return dict(gates)
 
 
 @unique
@@ -521,8 +572,12 @@ class LeAP(ImportanceMethod):
         gate_data: ``train`` or ``validation`` (the gates step on validation batches; see
             :class:`LeAPSeam`).
         controller_every: training steps between two validation gate steps.
+        fusion: how the final gates are combined with OutRank's relevance on the training rows
+            (the leakage screen computes it anyway): ``product`` (:func:`product_fusion`),
+            ``borda`` (:func:`borda_fusion`) or ``none`` (the gates alone).
 
-    The report: score = final gate s_f (after the last training step), width = seam width,
+    The report: score = final gate s_f (after the last training step) fused with relevance
+    (:func:`fuse`; the gates and relevance in ``extras["gates"]``, ``extras["relevance"]``), width = seam width,
     ``cost_seconds`` = the fit's wall time, extras = ``gate_trajectory``,
     ``best_checkpoint_gates``, ``penalty_coefficients``, ``dimensions_removed_at_threshold``,
     ``fields_removed_at_threshold``, ``test_auc`` / ``best_val_auc`` of the LeAP model
@@ -544,10 +599,12 @@ class LeAP(ImportanceMethod):
     leakage_threshold: float = 0.9
     gate_data: LeAPGateData = LeAPGateData.TRAIN
     controller_every: int = 1
+    fusion: LeAPFusion = LeAPFusion.PRODUCT
 
     def __post_init__(self) -> None:
         self.regularizer = LeAPRegularizer(self.regularizer)
         self.gate_data = LeAPGateData(self.gate_data)
+        self.fusion = LeAPFusion(self.fusion)
 
     def seam_spec(self) -> dict[str, Any]:
         """The ``model.seam`` spec this method trains with."""
@@ -568,7 +625,9 @@ class LeAP(ImportanceMethod):
 
     def rank(self, recipe: Recipe, run_name: str = "leap", parent_run_id: str | None = None) -> ImportanceReport:
         start = time.perf_counter()
-        leaks = screen_leakage(recipe, self.leakage_threshold) if self.leakage_threshold > 0 else {}
+        fused = self.fusion is not LeAPFusion.NONE
+        relevance = training_relevance(recipe) if self.leakage_threshold > 0 or fused else None
+        leaks = screen_leakage(recipe, self.leakage_threshold, relevance) if self.leakage_threshold > 0 else {}
         fit = recipe.fit(
             features=[n for n in recipe.schema.names if n not in leaks] if leaks else None,
             seam=self.seam_spec(),
@@ -590,7 +649,8 @@ class LeAP(ImportanceMethod):
             "fit_seconds": fit.seconds,
         }
         report = self.report(
-            seam, schema, cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, extras=extras
+            seam, schema, cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, extras=extras,
+            relevance=relevance.relevance if fused and relevance is not None else None,
         )
         report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
         return report
@@ -602,9 +662,11 @@ class LeAP(ImportanceMethod):
         cost_seconds: float = 0.0,
         dataset: str = "",
         extras: dict[str, Any] | None = None,
+        relevance: dict[str, float] | None = None,
     ) -> ImportanceReport:
         """The report of a trained :class:`LeAPSeam` (features of ``schema`` not at the seam are
-        listed as excluded)."""
+        listed as excluded); with ``relevance`` (feature -> OutRank relevance), ranked by
+        ``fuse(gates, relevance, self.fusion)``."""
         gates = seam.gate_dict(final=True)
         widths = feature_widths(schema)
         removed = [f for f, s in gates.items() if s < self.threshold]
@@ -621,9 +683,11 @@ class LeAP(ImportanceMethod):
             "regularizer": self.regularizer.value,
             **(extras or {}),
         }
+        if relevance is not None:
+            out.update(gates=gates, relevance={f: float(relevance.get(f, 0.0)) for f in gates})
         return ImportanceReport.from_scores(
             self.name,
-            gates,
+            fuse(gates, relevance, self.fusion) if relevance is not None else gates,
             widths={f: widths.get(f, 1) for f in gates},
             kinds={f.name: f.kind.value for f in schema.features},
             flags=flags,

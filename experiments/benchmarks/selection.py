@@ -127,6 +127,24 @@ def _methods(names: list[str], quick: bool, seed: int = 0) -> dict[str, Any]:
     return out
 
 
+def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False) -> None:
+    """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``): every other
+    fusion of the gates with OutRank's relevance (``none``: the gates alone) and, with
+    ``regularizer``, the other regulariser."""
+    from selection import LeAP, LeAPFusion, LeAPRegularizer
+
+    if "leap" not in methods or quick:
+        return
+    default = methods["leap"]
+    for fusion in LeAPFusion:
+        if fusion is not default.fusion:
+            methods[f"leap[fusion={fusion.value}]"] = LeAP(seed=seed, tracking=False, fusion=fusion)
+    if regularizer:
+        other = (LeAPRegularizer.PENALTY_SCALING if default.regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION
+                 else LeAPRegularizer.GRADIENT_NORMALIZATION)
+        methods[f"leap[{other.value}]"] = LeAP(seed=seed, tracking=False, regularizer=other)
+
+
 def _synthetic_recipe(rows: int, epochs: int, workdir: Path) -> Any:
     from recsys.data.synthetic import selection_benchmark_config
     from recsys.train.recipe import Recipe
@@ -171,7 +189,6 @@ def _planted_metrics(report: Any, truth: Any) -> dict[str, Any]:
 def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int) -> dict[str, Any]:
     """Planted truth: every method, ``seeds`` ranking seeds each (plus LeAP's other regulariser)."""
     from recsys.data.synthetic import GroundTruth
-    from selection import LeAP, LeAPRegularizer
 
     recipe = _synthetic_recipe(rows, epochs, workdir / "synthetic")
     truth = GroundTruth.from_raw(recipe.raw_split("train"))
@@ -179,10 +196,7 @@ def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: lis
     runs: dict[str, list[dict[str, Any]]] = {}
     for seed in range(seeds):
         methods = _methods(names, quick, seed)
-        if "leap" in methods and not quick:  # the other regulariser: an ablation row
-            other = (LeAPRegularizer.PENALTY_SCALING if methods["leap"].regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION
-                     else LeAPRegularizer.GRADIENT_NORMALIZATION)
-            methods[f"leap[{other.value}]"] = LeAP(seed=seed, tracking=False, regularizer=other)
+        _leap_ablations(methods, seed, quick, regularizer=True)
         for name, method in methods.items():
             print(f"[selection] synthetic: {name} (seed {seed}) ...", flush=True)
             report = method.rank(recipe)
@@ -259,7 +273,9 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     per_seed = []
     for seed in range(seeds):
         print(f"[selection] {dataset}: ranking seed {seed}: {', '.join(names)}", flush=True)
-        comparison = compare_methods(recipe, _methods(names, quick, seed), ks, random_seeds=range(random_seeds),
+        ranked = _methods(names, quick, seed)
+        _leap_ablations(ranked, seed, quick)
+        comparison = compare_methods(recipe, ranked, ks, random_seeds=range(random_seeds),
                                      tolerance=0.001, progress=False, cache=cache)
         for name, error in comparison.failed.items():
             print(f"[selection] {dataset}: {name} FAILED: {error}", flush=True)
@@ -271,7 +287,7 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     first = per_seed[0]
     any_curve = next(iter(first.curves.values()))
     methods: dict[str, Any] = {}
-    for name in names:
+    for name in [*names, *(n for n in first.curves if n not in names)]:  # ablation rows last
         rows = [next(r for r in c.rows() if r["method"] == name) for c in per_seed if name in c.curves]
         if not rows:
             methods[name] = {"failed": first.failed.get(name, "no result")}
@@ -310,7 +326,7 @@ def leap_verdict(curves: dict[str, Any]) -> dict[str, Any]:
         if "leap" not in scored or len(scored) < 2:
             continue
         leap = scored["leap"]
-        best_name = max((n for n in scored if n != "leap"), key=lambda n: scored[n]["mean"])
+        best_name = max((n for n in scored if n.split("[")[0] != "leap"), key=lambda n: scored[n]["mean"])
         best = scored[best_name]
         se = float(np.sqrt(sum((x["std"] ** 2) / max(x["n"], 1) for x in (leap, best))))
         v = verdict(leap["mean"], best["mean"], se) if leap["n"] > 1 and best["n"] > 1 else TIE

@@ -93,6 +93,11 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     merged = json.loads((tmp_path / "selection_quick.json").read_text())
     assert merged["synthetic"] == result["synthetic"] | {"command": result["command"]} and merged["cost"]["leap_seconds"] > 0
     assert merged["earlier_commands"] == [result["command"]] and merged["complete"]
+    # a part redone for some methods keeps the other methods' rows, naming the command of each
+    assert bench.main(["--quick", "--merge", "--parts", "trap", "--methods", "lasso", "--output-dir", str(tmp_path)]) == 0
+    redone = json.loads((tmp_path / "selection_quick.json").read_text())["trap"]
+    assert set(redone["methods"]) == set(methods) and redone["measured_by"] == {m: result["command"] for m in methods if m != "lasso"}
+    assert "; rows of leap, outrank, sfs by" in (tmp_path / "selection_quick.md").read_text()
 
 
 def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:

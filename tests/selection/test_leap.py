@@ -30,7 +30,9 @@ from recsys.export import ServingModule, check_parity_in_fresh_process, export_m
 from recsys.models.archs import DCNv2, DeepFM, DLRM
 from recsys.models.base import RankingModel
 from recsys.train.module import RankingTask
-from selection.leap import LeAP, LeAPEvalGate, LeAPRegularizer, LeAPSeam, leap_gates
+from selection.leap import (
+    LeAP, LeAPEvalGate, LeAPFusion, LeAPRegularizer, LeAPSeam, borda_fusion, fuse, leap_gates, product_fusion,
+)
 from tests.selection.test_permutation import make_frame
 
 B = 16
@@ -386,7 +388,10 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     recipe = Recipe(synthetic_config(30_000, 3, tmp_cwd), workdir=tmp_cwd / "fits", quiet=True)
     report = LeAP(tracking=False).rank(recipe)
     truth = GroundTruth.from_dict(recipe.schema.extras["ground_truth"])
-    gates = report.scores
+    gates = report.extras["gates"]
+    # the ranking fuses the gates with OutRank's relevance of the training rows
+    assert report.scores == pytest.approx(product_fusion(gates, report.extras["relevance"]))
+    assert report.extras["relevance"]["item_id"] > report.extras["relevance"]["noise_c2"]
     noise = truth.names("noise")
     strong = [f for f in truth.signal if truth[f].strength >= 0.3]  # all but the weak U-shaped engagement_score
     assert set(gates) == set(recipe.schema.names) and not report.excluded
@@ -413,6 +418,21 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     assert loaded.seam.gate_dict(final=False) == pytest.approx(report.extras["best_checkpoint_gates"])
 
 
+def test_borda_fusion_averages_the_two_ranks_and_breaks_ties_by_the_gate() -> None:
+    gates = {"a": 0.9, "b": 0.8, "c": 0.1}
+    fused = borda_fusion(gates, {"a": 0.0, "b": 0.5, "c": 0.4})  # gate ranks a0 b1 c2, relevance b0 c1 a2
+    assert sorted(fused, key=lambda f: -fused[f]) == ["b", "a", "c"]
+    assert fused["b"] == pytest.approx(2 - 0.5 - 1 / 12)
+    tie = borda_fusion({"a": 0.9, "b": 0.8}, {"b": 1.0})  # rank sums 1 and 1; "a" has no relevance (0)
+    assert tie["a"] > tie["b"] and tie["a"] - tie["b"] < 0.5
+    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.PRODUCT
+    with pytest.raises(ValueError):
+        LeAP(fusion="rank")
+    product = product_fusion(gates, {"a": 0.0, "b": 0.5, "c": 0.4})  # relevance ranks b0 c1 a2 of F = 3
+    assert product == pytest.approx({"a": 0.9 / 3, "b": 0.8, "c": 0.1 * 2 / 3})
+    assert fuse(gates, {}, LeAPFusion.NONE) == gates and fuse(gates, {"a": 1.0}, "borda") == borda_fusion(gates, {"a": 1.0})
+
+
 def test_same_seed_same_gates(tmp_cwd: Path) -> None:
     from recsys.train.recipe import Recipe
 
@@ -436,7 +456,7 @@ def test_validation_gates_through_a_recipe(tmp_cwd: Path) -> None:
     assert method.seam_spec()["init_args"]["gate_data"] == "validation"
     report = method.rank(recipe)
     truth = GroundTruth.from_dict(recipe.schema.extras["ground_truth"])
-    gates = report.scores
+    gates = report.extras["gates"]
     assert set(gates) == set(recipe.schema.names)
     noise = truth.names("noise")
     strong = [f for f in truth.signal if truth[f].strength >= 0.3]
