@@ -245,9 +245,17 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
     }
     config_path = work / "pipeline.yaml"
     atomic_write_text(config_path, yaml.safe_dump(pipeline))
-    if pipeline_main(["--config", str(config_path), "--restart"]) != 0:
+    state_path = work / "pipeline" / "pipeline_state.json"
+    earlier: dict[str, float] = {}
+    if args.resume_pipeline and state_path.is_file():  # the stages an earlier invocation finished
+        earlier = {k: float(v["seconds"]) for k, v in json.loads(state_path.read_text()).get("stages", {}).items()}
+    if pipeline_main(["--config", str(config_path), *([] if args.resume_pipeline else ["--restart"])]) != 0:
         raise RuntimeError("salience pipeline failed")
-    return {"rows": args.rows, "fit_steps": args.pipeline_steps}
+    stages = {k: float(v["seconds"]) for k, v in json.loads(state_path.read_text()).get("stages", {}).items()}
+    out: dict[str, Any] = {"rows": args.rows, "fit_steps": args.pipeline_steps, "stage_seconds": stages}
+    if earlier:
+        out["resumed_after"] = earlier  # wall time and peak RSS below cover only the stages run here
+    return out
 
 
 def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -326,7 +334,7 @@ def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) ->
     wall = _CLOCK.end - _CLOCK.begin
     out.update(seconds=round(wall, 2), cpu_seconds=round(_CLOCK.cpu_end - _CLOCK.cpu, 2),
                peak_rss_mb=round(_peak_rss_mb(), 1))
-    if step != "train" and out.get("rows"):
+    if step != "train" and out.get("rows") and not out.get("resumed_after"):
         out["rows_per_s"] = round(out["rows"] / wall, 1)
     return out
 
@@ -336,7 +344,7 @@ def _run_child(step: str, path: Path, work: Path, args: argparse.Namespace, engi
     cmd = [sys.executable, "-m", "experiments.benchmarks.scale", "_step", step, "--file", str(path), "--work", str(work),
            "--rows", str(args.size_rows),
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
-           "--pipeline-steps", str(args.pipeline_steps)]
+           "--pipeline-steps", str(args.pipeline_steps), *(["--resume-pipeline"] if args.resume_pipeline else [])]
     if engine is not None:
         cmd += ["--engine", engine]
     log.info("%s%s on %s", step, f" ({engine})" if engine else "", path.name)
@@ -398,7 +406,8 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
                         "verdict": "met" if largest and largest["rows"] >= TARGETS["completes_at_rows"] else "NOT met"}
     rss = {}
     for name in STEPS:  # the smallest and the largest size that measured this step
-        have = [s for s in sorted(sizes, key=lambda s: s["rows"]) if "peak_rss_mb" in step(s, name)]
+        have = [s for s in sorted(sizes, key=lambda s: s["rows"])
+                if "peak_rss_mb" in step(s, name) and not step(s, name).get("resumed_after")]  # a resumed run's peak is partial
         if len(have) >= 2:
             a, b = step(have[0], name), step(have[-1], name)
             # "plus the embedding tables' own size": the tables of that size's model (its train step)
@@ -437,6 +446,10 @@ def to_markdown(result: dict[str, Any]) -> str:
             if "error" in m:
                 lines.append(f"| {size['rows']:,} | {size['file_mb']} | {name} | - | failed: {m['error'][:80]} | - |")
                 continue
+            if m.get("resumed_after"):
+                earlier = m["resumed_after"]
+                name = (f"{name} (resumed after {', '.join(earlier)}: {sum(earlier.values()):.0f} s in an earlier "
+                        "invocation, not in this row's wall time and peak)")
             rate = m.get("samples_per_s") if name == "train" else m.get("rows_per_s")
             lines.append(f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | "
                          f"{rate:,.0f} | {m['peak_rss_mb']:,.0f} |" if rate else
@@ -515,6 +528,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
         p.add_argument("--steps", type=int, default=200, help="timed training steps")
         p.add_argument("--warmup", type=int, default=20, help="training steps before the timing starts")
         p.add_argument("--pipeline-steps", type=int, default=100, help="training batches per fit of the pipeline step")
+        p.add_argument("--resume-pipeline", action="store_true",
+                       help="pipeline step: resume the work dir's stopped pipeline instead of restarting it (the "
+                            "result names the stages an earlier invocation ran; its time and peak RSS are not included)")
     parser.add_argument("--rows", default="1000000,5000000,45000000", help="comma-separated sizes")
     parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps, of: {', '.join(STEPS)}")
     parser.add_argument("--seed", type=int, default=0)
