@@ -566,24 +566,34 @@ def main(argv: list[str] | None = None) -> int:
     name = "selection_quick" if args.quick else "selection"
     args.output_dir.mkdir(parents=True, exist_ok=True)
     previous_path = args.output_dir / f"{name}.json"
-    previous: dict[str, Any] = {}
-    if args.merge and previous_path.is_file():  # each part records the command that measured it
-        previous = json.loads(previous_path.read_text())
-        result["earlier_commands"] = [c for c in [*previous.get("earlier_commands", []), previous.get("command")] if c]
+    #: the result file when this run started (a redone part keeps its other methods' rows from it)
+    previous: dict[str, Any] = json.loads(previous_path.read_text()) if args.merge and previous_path.is_file() else {}
+    redone: set[str] = set()  # the parts ("curves:<dataset>" for a curve) this run has measured
+
+    def merge_file() -> None:
+        """With ``--merge``: take every part (and curve dataset) of the result file that this run
+        has not redone, re-read at each write, so runs of different parts can share the file."""
+        if not (args.merge and previous_path.is_file()):
+            return
+        current = json.loads(previous_path.read_text())
+        earlier = [*previous.get("earlier_commands", []), previous.get("command"),
+                   *current.get("earlier_commands", []), current.get("command")]
+        result["earlier_commands"] = list(dict.fromkeys(c for c in earlier if c and c != result["command"]))
         for part in ("synthetic", "trap", "cost"):
-            if part in previous and part not in parts:
-                result[part] = previous[part]
-        if previous.get("curves"):
-            result["curves"] = dict(previous["curves"])
+            if part in current and part not in redone:
+                result[part] = current[part]
+                result[part].setdefault("command", current.get("command"))
+        for dataset, c in current.get("curves", {}).items():
+            if f"curves:{dataset}" not in redone:
+                result.setdefault("curves", {})[dataset] = c | {"command": c.get("command", current.get("command"))}
+        if result.get("curves"):
             result["leap_verdicts"] = leap_verdict(result["curves"])
-        for key in ("synthetic", "trap", "cost"):
-            if key in result and "command" not in result[key]:
-                result[key]["command"] = previous.get("command")
-        for c in result.get("curves", {}).values():
-            c.setdefault("command", previous.get("command"))
+
+    merge_file()
     from recsys.io import atomic_write_json
 
     def write() -> str:  # after every part: a run stopped early still leaves what it finished
+        merge_file()
         result["seconds"] = round(time.perf_counter() - start, 1)
         atomic_write_json(args.output_dir / f"{name}.json", result)
         md = to_markdown(result).replace("(selection_", f"({name}_")
@@ -605,10 +615,12 @@ def main(argv: list[str] | None = None) -> int:
     with isolated_workdir("salience-selection-") as work:
         if "synthetic" in parts:
             result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
+            redone.add("synthetic")
             keep_other_methods("synthetic")
             write()
         if "trap" in parts:
             result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
+            redone.add("trap")
             keep_other_methods("trap")
             write()
         if "curves" in parts:
@@ -618,10 +630,12 @@ def main(argv: list[str] | None = None) -> int:
                 result["curves"][dataset] = run_curves(dataset, work, args.quick, rseeds, names, seeds,
                                                        args.output_dir / f"{name}_{dataset}.png")
                 result["curves"][dataset]["command"] = result["command"]
+                redone.add(f"curves:{dataset}")
                 result["leap_verdicts"] = leap_verdict(result["curves"])
                 write()
         if "cost" in parts:
             result["cost"] = run_cost(result.get("curves", {}).get("criteo"), work, args.quick) | {"command": result["command"]}
+            redone.add("cost")
     result["complete"] = all(p in result for p in ("synthetic", "trap", "curves", "cost")) and (
         args.quick or set(result["curves"]) >= set(CURVE_SETTINGS))
     md = write()
