@@ -655,6 +655,22 @@ class LeAP(ImportanceMethod):
         report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
         return report
 
+    def refuse(self, report: ImportanceReport, fusion: LeAPFusion | str) -> ImportanceReport:
+        """``report`` (this method's, with ``extras["gates"]`` and ``extras["relevance"]``)
+        ranked under another ``fusion``, without a second fit: same cost, same extras."""
+        fusion = LeAPFusion(fusion)
+        gates, relevance = report.extras.get("gates"), report.extras.get("relevance")
+        if gates is None or relevance is None:
+            raise ValueError("refuse needs a LeAP report with its gates and relevance (LeAP(fusion != 'none').rank)")
+        widths = {f.feature: f.width for f in report.features}
+        kinds = {f.feature: f.kind for f in report.features}
+        flags = {f.feature: tuple(f.flags) for f in report.features if f.flags}
+        return ImportanceReport.from_scores(
+            self.name, fuse(gates, relevance, fusion), widths=widths, kinds=kinds, flags=flags,
+            config=self.describe() | {"fusion": fusion.value}, cost_seconds=report.cost_seconds, dataset=report.dataset,
+            excluded=dict(report.excluded), extras=dict(report.extras),
+        )
+
     def report(
         self,
         seam: LeAPSeam,

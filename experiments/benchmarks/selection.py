@@ -127,18 +127,49 @@ def _methods(names: list[str], quick: bool, seed: int = 0) -> dict[str, Any]:
     return out
 
 
+class _Remembered:
+    """A method whose last report is kept, for :class:`_Refused` rows to re-rank."""
+
+    def __init__(self, method: Any) -> None:
+        self.method = method
+        self.last: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.method, name)
+
+    def rank(self, recipe: Any) -> Any:
+        self.last = self.method.rank(recipe)
+        return self.last
+
+
+class _Refused:
+    """An ablation row of LeAP's fusion: the ``source`` row's report (ranked just before, on the
+    same recipe) re-ranked under ``fusion`` without a second fit (``LeAP.refuse``)."""
+
+    def __init__(self, source: _Remembered, fusion: Any) -> None:
+        self.source = source
+        self.fusion = fusion
+
+    def rank(self, recipe: Any) -> Any:
+        if self.source.last is None:
+            raise RuntimeError("the LeAP row must be ranked before its fusion ablations")
+        return self.source.method.refuse(self.source.last, self.fusion)
+
+
 def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False) -> None:
-    """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``): every other
-    fusion of the gates with OutRank's relevance (``none``: the gates alone) and, with
-    ``regularizer``, the other regulariser."""
+    """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``, after ``leap``):
+    every other fusion of the gates with OutRank's relevance (``none``: the gates alone),
+    re-ranking LeAP's own fit, and, with ``regularizer``, the other regulariser (a fit of its own)."""
     from selection import LeAP, LeAPFusion, LeAPRegularizer
 
     if "leap" not in methods or quick:
         return
     default = methods["leap"]
-    for fusion in LeAPFusion:
-        if fusion is not default.fusion:
-            methods[f"leap[fusion={fusion.value}]"] = LeAP(seed=seed, tracking=False, fusion=fusion)
+    if default.fusion is not LeAPFusion.NONE:  # the other fusions re-rank the same fit
+        methods["leap"] = source = _Remembered(default)
+        for fusion in LeAPFusion:
+            if fusion is not default.fusion:
+                methods[f"leap[fusion={fusion.value}]"] = _Refused(source, fusion)
     if regularizer:
         other = (LeAPRegularizer.PENALTY_SCALING if default.regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION
                  else LeAPRegularizer.GRADIENT_NORMALIZATION)

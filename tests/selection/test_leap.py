@@ -391,6 +391,10 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     gates = report.extras["gates"]
     # the ranking fuses the gates with OutRank's relevance of the training rows
     assert report.scores == pytest.approx(product_fusion(gates, report.extras["relevance"]))
+    alone = LeAP().refuse(report, "none")  # another fusion re-ranks the same fit
+    assert alone.scores == pytest.approx(gates) and alone.cost_seconds == report.cost_seconds
+    assert alone.config["fusion"] == "none" and {f.feature: f.width for f in alone.features} == {
+        f.feature: f.width for f in report.features}
     assert report.extras["relevance"]["item_id"] > report.extras["relevance"]["noise_c2"]
     noise = truth.names("noise")
     strong = [f for f in truth.signal if truth[f].strength >= 0.3]  # all but the weak U-shaped engagement_score
