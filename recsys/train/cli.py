@@ -169,12 +169,13 @@ class FileCheckpointIO(TorchCheckpointIO):
                         weights_only: bool | None = None) -> dict[str, Any]:
         """Lightning's loader, memory-mapping a local checkpoint (``torch.load(mmap=True)``): its
         tensors are read from the page cache while they are copied into the model, instead of
-        being a second in-memory copy of every embedding table during the restore."""
+        being a second in-memory copy of every embedding table during the restore. Always
+        weights-only: the project never unpickles a checkpoint (tests/test_no_pickles.py)."""
         if "://" in str(path):
             return super().load_checkpoint(path, map_location, weights_only)
         if not Path(path).is_file():
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
-        return torch.load(path, map_location=map_location, weights_only=weights_only, mmap=True)
+        return torch.load(path, map_location=map_location, weights_only=True, mmap=True)
 
 
 class TrackedCLI(LightningCLI):
