@@ -28,7 +28,7 @@ from torch import nn
 
 from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import FitResult
-from selection.seam_selector import SeamSelector
+from selection.seam_selector import SeamSelector, trained_seam
 
 __all__ = ["AutoField", "AutoFieldSeam"]
 
@@ -110,9 +110,7 @@ class AutoField(SeamSelector):
                 "init_args": {"learning_rate": self.learning_rate, "controller_every": self.controller_every}}
 
     def field_scores(self, fit: FitResult) -> tuple[dict[str, float], dict[str, Any]]:
-        seam = fit.task.model.seam
-        if not isinstance(seam, AutoFieldSeam):
-            raise TypeError(f"the fit's seam is {type(seam).__name__}, not AutoFieldSeam")
+        seam = trained_seam(fit, AutoFieldSeam)
         logits = seam.logits.detach()
         keep = torch.softmax(logits, dim=-1)[:, 1].tolist()
         return dict(zip(seam.field_names, logits[:, 1].tolist())), {

@@ -35,6 +35,7 @@ from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema, training_relevance
 from selection.report import ImportanceReport
+from selection.seam_selector import trained_seam
 
 __all__ = [
     "LeAP", "LeAPEvalGate", "LeAPFusion", "LeAPGateData", "LeAPRegularizer", "LeAPSeam", "borda_fusion", "fuse", "leap_gates",
@@ -72,10 +73,10 @@ class LeAPFusion(str, Enum):
     BORDA = "borda"  # the mean of the two ranks
 
 
-def relevance_ranks(fields: list[str], relevance: dict[str, float]) -> dict[str, int]:
-    """0-based rank of each field by ``relevance`` (largest first; missing fields count as 0,
+def ranks_by(fields: list[str], scores: dict[str, float]) -> dict[str, int]:
+    """0-based rank of each field by ``scores`` (largest first; missing fields count as 0,
     ties keep ``fields``' order)."""
-    return {f: i for i, f in enumerate(sorted(fields, key=lambda f: -relevance.get(f, 0.0)))}
+    return {f: i for i, f in enumerate(sorted(fields, key=lambda f: -scores.get(f, 0.0)))}
 
 
 def borda_fusion(gates: dict[str, float], relevance: dict[str, float]) -> dict[str, float]:
@@ -83,8 +84,8 @@ def borda_fusion(gates: dict[str, float], relevance: dict[str, float]) -> dict[s
     ``r`` the 0-based rank (largest score first); equal sums are ordered by the gate (the last
     term, below the sum's 0.5 step). Fields missing from ``relevance`` count as relevance 0."""
     n = len(gates)
-    by_gate = {f: i for i, f in enumerate(sorted(gates, key=lambda f: -gates[f]))}
-    by_relevance = relevance_ranks(sorted(gates, key=lambda f: by_gate[f]), relevance)
+    by_gate = ranks_by(list(gates), gates)
+    by_relevance = ranks_by(sorted(gates, key=lambda f: by_gate[f]), relevance)
     return {f: (n - 1) - (by_gate[f] + by_relevance[f]) / 2 - by_gate[f] / (4 * n) for f in gates}
 
 
@@ -92,7 +93,7 @@ def product_fusion(gates: dict[str, float], relevance: dict[str, float]) -> dict
     """Each gate times its field's relevance-rank weight: ``s_f · (1 − r_rel(f) / F)`` (the most
     relevant field keeps its gate, the least keeps 1/F of it)."""
     n = len(gates)
-    ranks = relevance_ranks(list(gates), relevance)
+    ranks = ranks_by(list(gates), relevance)
     return {f: gates[f] * (1 - ranks[f] / n) for f in gates}
 
 
@@ -637,9 +638,7 @@ class LeAP(ImportanceMethod):
             parent_run_id=parent_run_id,
             tracking=self.tracking,
         )
-        seam = fit.task.model.seam
-        if not isinstance(seam, LeAPSeam):
-            raise TypeError(f"the fit's seam is {type(seam).__name__}, not LeAPSeam")
+        seam = trained_seam(fit, LeAPSeam)
         schema = trained_schema(recipe)
         extras = {
             "test_auc": fit.metrics.get("test_auc"),

@@ -27,7 +27,7 @@ from torch import nn
 
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import FitResult
-from selection.seam_selector import SeamSelector
+from selection.seam_selector import SeamSelector, trained_seam
 
 __all__ = ["LPFS", "LPFSSeam", "lpfs_gate"]
 
@@ -114,9 +114,7 @@ class LPFS(SeamSelector):
                 "init_args": {"learning_rate": self.learning_rate, "epsilon": self.epsilon, "proximal": self.proximal}}
 
     def field_scores(self, fit: FitResult) -> tuple[dict[str, float], dict[str, Any]]:
-        seam = fit.task.model.seam
-        if not isinstance(seam, LPFSSeam):
-            raise TypeError(f"the fit's seam is {type(seam).__name__}, not LPFSSeam")
+        seam = trained_seam(fit, LPFSSeam)
         x = seam.x.detach().tolist()
         gates = seam.gates().detach().tolist()
         return dict(zip(seam.field_names, x)), {"gates": dict(zip(seam.field_names, gates)), "final_epsilon": seam.epsilon,

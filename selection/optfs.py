@@ -41,11 +41,11 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import FitResult, Recipe
 from selection.report import ImportanceReport
-from selection.seam_selector import SeamSelector
+from selection.seam_selector import SeamSelector, trained_seam
 
 __all__ = ["OptFS", "OptFSSeam"]
 
-_SCALE = 1.0 / (1.0 / (1.0 + math.exp(-0.5)))  # 1 / sigmoid(0.5): the mask is 1 at T = 1, w = 0.5
+_SCALE = 1.0 + math.exp(-0.5)  # 1 / sigmoid(0.5): the mask is 1 at T = 1, w = 0.5
 
 
 class OptFSSeam(SeamTransform):
@@ -186,6 +186,9 @@ class OptFSSeam(SeamTransform):
         return Path(path)
 
 
+_SEAM_PATH = f"{OptFSSeam.__module__}.{OptFSSeam.__name__}"  # ``model.seam.class_path`` of both fits
+
+
 @dataclass
 class OptFS(SeamSelector):
     """OptFS: one fit with :class:`OptFSSeam`; a field's score is its ids' occurrence-weighted
@@ -205,13 +208,11 @@ class OptFS(SeamSelector):
     retrain: bool = False
 
     def seam_spec(self) -> dict[str, Any]:
-        return {"class_path": f"{OptFSSeam.__module__}.{OptFSSeam.__name__}",
+        return {"class_path": _SEAM_PATH,
                 "init_args": {"gamma": self.gamma, "pretrain_epochs": self.pretrain_epochs, "l1": self.l1}}
 
     def field_scores(self, fit: FitResult) -> tuple[dict[str, float], dict[str, Any]]:
-        seam = fit.task.model.seam
-        if not isinstance(seam, OptFSSeam):
-            raise TypeError(f"the fit's seam is {type(seam).__name__}, not OptFSSeam")
+        seam = trained_seam(fit, OptFSSeam)
         scores, kept_share, kept = seam.field_scores()
         extras: dict[str, Any] = {"kept_share": kept_share, "kept_ids": kept, "final_temperature": seam.temperature}
         if self.retrain:
@@ -225,8 +226,7 @@ class OptFS(SeamSelector):
             self._mask_path = Path(tmp) / "mask.safetensors"  # written by field_scores
             report = super().rank(recipe, run_name, parent_run_id)
             features = [n for n in recipe.schema.names if n not in report.excluded] if report.excluded else None
-            spec = {"class_path": f"{OptFSSeam.__module__}.{OptFSSeam.__name__}",
-                    "init_args": {"mask_file": str(self._mask_path)}}
+            spec = {"class_path": _SEAM_PATH, "init_args": {"mask_file": str(self._mask_path)}}
             fit = recipe.fit(features=features, seam=spec, max_epochs=self.max_epochs, seed=self.seed,
                              run_name=f"{run_name or self.name}-retrain", parent_run_id=parent_run_id, tracking=self.tracking)
         report.extras.update(retrain_test_auc=fit.metrics.get("test_auc"), retrain_best_val_auc=fit.metrics.get("best_val_auc"),

@@ -13,13 +13,24 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
+from recsys.models.seam import SeamTransform
 from recsys.train.recipe import FitResult, Recipe
 from selection.base import ImportanceMethod, method_report, screen_leakage
 from selection.report import ImportanceReport
 
-__all__ = ["SeamSelector"]
+__all__ = ["SeamSelector", "trained_seam"]
+
+S = TypeVar("S", bound=SeamTransform)
+
+
+def trained_seam(fit: FitResult, kind: type[S]) -> S:
+    """The seam transform of ``fit``'s model, checked to be a ``kind``."""
+    seam = fit.task.model.seam
+    if not isinstance(seam, kind):
+        raise TypeError(f"the fit's seam is {type(seam).__name__}, not {kind.__name__}")
+    return seam
 
 
 @dataclass
