@@ -21,7 +21,8 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any
 
-__all__ = ["Terminated", "configure_logging", "exit_distributed", "import_optuna", "release_freed_memory", "sigterm_raises"]
+__all__ = ["PeakRSS", "Terminated", "configure_logging", "exit_distributed", "import_optuna", "peak_rss_window",
+           "release_freed_memory", "sigterm_raises"]
 
 
 def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
@@ -120,6 +121,52 @@ def release_freed_memory() -> bool:
         return bool(ctypes.CDLL(name).malloc_trim(0))
     except (OSError, AttributeError):  # musl and others have no malloc_trim
         return False
+
+
+class PeakRSS:
+    """The peak resident set size of this process over one :func:`peak_rss_window`.
+
+    ``mb`` is set when the window closes: the peak in MB since the window opened, or None where
+    the kernel cannot reset the peak (not Linux, or ``/proc/self/clear_refs`` not writable).
+    """
+
+    mb: float | None = None
+
+
+def _vm_hwm_mb() -> float | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0  # kB
+    except OSError:
+        pass
+    return None
+
+
+@contextmanager
+def peak_rss_window() -> Iterator[PeakRSS]:
+    """Measure the peak RSS of the work inside the ``with`` block, not of the whole process.
+
+    Linux keeps one peak per process (``VmHWM``); writing ``5`` to ``/proc/self/clear_refs``
+    resets it to the current RSS, so a long-lived process (the pipeline: one stage after the
+    other) can report each stage's own peak. Child processes are not counted::
+
+        with peak_rss_window() as peak:
+            run_stage()
+        peak.mb  # e.g. 2310.5, or None where unsupported
+    """
+    out = PeakRSS()
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
+            f.write("5")
+        supported = True
+    except OSError:
+        supported = False
+    try:
+        yield out
+    finally:
+        out.mb = _vm_hwm_mb() if supported else None
 
 
 def import_optuna() -> Any:

@@ -251,8 +251,10 @@ def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str
         earlier = {k: float(v["seconds"]) for k, v in json.loads(state_path.read_text()).get("stages", {}).items()}
     if pipeline_main(["--config", str(config_path), *([] if args.resume_pipeline else ["--restart"])]) != 0:
         raise RuntimeError("salience pipeline failed")
-    stages = {k: float(v["seconds"]) for k, v in json.loads(state_path.read_text()).get("stages", {}).items()}
-    out: dict[str, Any] = {"rows": args.rows, "fit_steps": args.pipeline_steps, "stage_seconds": stages}
+    state = json.loads(state_path.read_text()).get("stages", {})
+    out: dict[str, Any] = {"rows": args.rows, "fit_steps": args.pipeline_steps,
+                           "stage_seconds": {k: float(v["seconds"]) for k, v in state.items()},
+                           "stage_peak_rss_mb": {k: v.get("peak_rss_mb") for k, v in state.items()}}
     if earlier:
         out["resumed_after"] = earlier  # wall time and peak RSS below cover only the stages run here
     return out
@@ -454,6 +456,15 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | "
                          f"{rate:,.0f} | {m['peak_rss_mb']:,.0f} |" if rate else
                          f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | - | {m['peak_rss_mb']:,.0f} |")
+    staged = [(size["rows"], size["steps"]["pipeline"]) for size in result["sizes"]
+              if any((size["steps"].get("pipeline") or {}).get("stage_peak_rss_mb", {}).values())]
+    if staged:
+        lines += ["", "The pipeline by stage (each stage's own peak RSS, `pipeline_state.json`):", "",
+                  "| rows | stage | wall s | peak RSS MB |", "|---:|---|---:|---:|"]
+        for rows, m in staged:
+            for stage, secs in m["stage_seconds"].items():
+                peak = m["stage_peak_rss_mb"].get(stage)
+                lines.append(f"| {rows:,} | {stage} | {secs:.1f} | {'-' if peak is None else f'{peak:,.0f}'} |")
     engines = next((s["engines"] for s in result["sizes"] if s.get("engines")), None)
     if engines:
         lines += ["", f"Reading the {result['sizes'][0]['rows']:,}-row file, every row and column (no encoding):", "",

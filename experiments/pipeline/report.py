@@ -142,7 +142,8 @@ def _header(out: Path) -> tuple[str, str]:
     stages: dict[str, Any] = state.get("stages") or {}
     order = [s for s in STAGES if s in stages] + [s for s in stages if s not in STAGES]
     rows = [[s, _dig(stages, s, "status") or "done", _num(_dig(stages, s, "seconds"), ".1f"),
-             _dig(stages, s, "run_id") or "", _dig(stages, s, "finished_at") or ""] for s in order]
+             _num(_dig(stages, s, "peak_rss_mb"), ",.0f"), _dig(stages, s, "run_id") or "",
+             _dig(stages, s, "finished_at") or ""] for s in order]
     total = sum(_real(_dig(stages, s, "seconds")) or 0.0 for s in order)
     now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
@@ -151,7 +152,8 @@ def _header(out: Path) -> tuple[str, str]:
         _table(["item", "value"], [["MLflow parent run", state.get("parent_run_id") or "n/a"],
                                    ["config sha", state.get("config_sha") or "n/a"]]),
         "<h3>Stage timings</h3>",
-        _table(["stage", "status", "seconds", "run id", "finished at"], [*rows, ["total", "", f"{total:.1f}", "", ""]])
+        _table(["stage", "status", "seconds", "peak RSS MB", "run id", "finished at"],
+               [*rows, ["total", "", f"{total:.1f}", "", "", ""]])
         if rows else _p("no stage has finished yet", "muted"),
     ]
     if (out / "config.yaml").is_file():

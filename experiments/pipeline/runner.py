@@ -21,6 +21,7 @@ from experiments.pipeline.config import PipelineConfig, PipelineConfigError
 from experiments.pipeline.stages import STAGES, StageContext
 from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
 from recsys.io import atomic_write_json
+from recsys.runtime import peak_rss_window
 
 __all__ = ["Pipeline", "PipelineState", "run_pipeline"]
 
@@ -39,7 +40,8 @@ class PipelineState:
         config_sha: fingerprint of the config it was started with.
         parent_run_id: its MLflow parent run.
         experiment: its MLflow experiment.
-        stages: finished stages -> ``{"seconds", "run_id", "finished_at"}``.
+        stages: finished stages -> ``{"seconds", "peak_rss_mb", "run_id", "finished_at"}`` (the
+            stage's own peak RSS, see :func:`recsys.runtime.peak_rss_window`; None where unsupported).
         running: the stage in progress (``{"stage", "run_id", "pid"}``), None between stages.
     """
 
@@ -176,15 +178,19 @@ class Pipeline:
         log.info("pipeline %s: stage %s ...", self.config.name, name)
         start = time.perf_counter()
         with tracker:
-            result = stage(StageContext(self.config, name, folder, dict(results), tracker, state.experiment))
-            atomic_write_json(folder / "result.json", result, default=str)
-            tracker.log_artifact(folder / "result.json", name)
+            with peak_rss_window() as peak:
+                result = stage(StageContext(self.config, name, folder, dict(results), tracker, state.experiment))
+                atomic_write_json(folder / "result.json", result, default=str)
+                tracker.log_artifact(folder / "result.json", name)
+            peak_mb = None if peak.mb is None else round(peak.mb, 1)
+            if peak_mb is not None:
+                tracker.log_metrics({"stage.peak_rss_mb": peak_mb})
         seconds = round(time.perf_counter() - start, 1)
-        state.stages[name] = {"seconds": seconds, "run_id": tracker.run_id,
+        state.stages[name] = {"seconds": seconds, "peak_rss_mb": peak_mb, "run_id": tracker.run_id,
                               "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
         state.running = None
         state.save(self.state_path)
-        log.info("pipeline %s: stage %s done in %.0f s", self.config.name, name, seconds)
+        log.info("pipeline %s: stage %s done in %.0f s (peak RSS %s MB)", self.config.name, name, seconds, peak_mb)
         return _read_result(folder)
 
     def _close(self, parent: Any, results: dict[str, dict[str, Any]]) -> None:

@@ -173,6 +173,11 @@ class SparseArch(nn.Module):
             # and the fused one under a forked RNG so the layers built after it draw the same
             # numbers as with the plain kernel
             plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
+            if next(plain.parameters()).is_meta:
+                # a shape-only model built under ``torch.device("meta")`` (Recipe.datamodule: a
+                # model nobody runs); FBGEMM builds no meta kernels, so the tables stay plain
+                self.embedding_bag_collection = plain
+                return
             self.embedding_bag_collection = self._fused_collection(plain.state_dict(), torch.device("cpu"))
             del plain
             from recsys.runtime import release_freed_memory

@@ -118,11 +118,16 @@ class Recipe:
     # -- data ------------------------------------------------------------------------------
     @property
     def datamodule(self) -> CTRDataModule:
-        """The data module of the config (data prepared on first access, cached on disk)."""
+        """The data module of the config (data prepared on first access, cached on disk).
+
+        The CLI builds the config's model too; it is built on the meta device (no memory, no
+        initialisation: 0.6 GB of tables at the 45M-row scale benchmark) and dropped."""
         if self._datamodule is None:
+            import torch
+
             from recsys.train.cli import SalienceCLI
 
-            with quiet_lightning(self.quiet), _own_argv():
+            with quiet_lightning(self.quiet), _own_argv(), torch.device("meta"):
                 cli = SalienceCLI(args=["--config", str(self.config_path), *self.overrides], run=False)
             self._datamodule = cli.datamodule
             _release(cli)

@@ -93,6 +93,8 @@ def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
     assert {s: state["stages"][s]["finished_at"] for s in first} == done_at  # not redone
     assert {s: (out / s / "result.json").stat().st_mtime_ns for s in first} == mtimes
     assert state["running"] is None
+    if sys.platform.startswith("linux"):  # each stage's own peak RSS (a model is loaded: > 100 MB)
+        assert all(state["stages"][s]["peak_rss_mb"] > 100 for s in STAGES), state["stages"]
 
     # what each stage hands on
     quality, screening, selection = results["quality"], results["screening"], results["selection"]

@@ -36,16 +36,28 @@ def recipe(tmp_path_factory: pytest.TempPathFactory) -> Recipe:
     return Recipe(tiny_config(n_rows=16_000, epochs=3), workdir=root / "fits", quiet=True)
 
 
-@pytest.fixture(scope="module")
-def reports(recipe: Recipe) -> dict[str, tuple[ImportanceReport, ImportanceReport]]:
-    """Each method run twice with the same seed (MLflow in a throw-away database)."""
+def _rank_all(recipe: Recipe, times: int) -> dict[str, list[ImportanceReport]]:
+    """Each method run ``times`` times with seed 0 (MLflow in a throw-away database)."""
     out = {}
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(recipe.workdir)  # MLflow's artifact root (./mlruns) lands there too
         mp.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{recipe.workdir}/mlflow.db")
         for name in METHODS:
-            out[name] = (get_method(name, seed=0).rank(recipe), get_method(name, seed=0).rank(recipe))
+            out[name] = [get_method(name, seed=0).rank(recipe) for _ in range(times)]
     return out
+
+
+@pytest.fixture(scope="module")
+def reports(recipe: Recipe) -> dict[str, list[ImportanceReport]]:
+    """Each method once on the recipe that teaches the planted signal."""
+    return _rank_all(recipe, 1)
+
+
+@pytest.fixture(scope="module")
+def repeated(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[ImportanceReport]]:
+    """Each method twice with the same seed, on a small recipe (determinism needs no signal)."""
+    root = tmp_path_factory.mktemp("contract-repeat")
+    return _rank_all(Recipe(tiny_config(n_rows=3_000, epochs=1), workdir=root / "fits", quiet=True), 2)
 
 
 def test_registry_has_every_method() -> None:
@@ -56,8 +68,8 @@ def test_registry_has_every_method() -> None:
 
 
 @pytest.mark.parametrize("name", METHODS)
-def test_deterministic_for_a_seed(reports: dict, name: str) -> None:
-    a, b = reports[name]
+def test_deterministic_for_a_seed(repeated: dict, name: str) -> None:
+    a, b = repeated[name]
     assert a.ranking == b.ranking
     np.testing.assert_allclose([f.score for f in a.features], [f.score for f in b.features], rtol=0, atol=1e-9)
 
@@ -93,14 +105,19 @@ def test_report_schema(recipe: Recipe, reports: dict, name: str) -> None:
     assert back.ranking == report.ranking
 
 
+#: one method of each kind trains its reduced config (the reduction is the report's, not the method's)
+TRAINED_BACK = ("outrank", "lasso", "leap")
+
+
 @pytest.mark.parametrize("name", METHODS)
 def test_selection_applies_back_and_trains(recipe: Recipe, reports: dict, name: str, tmp_path: Path) -> None:
     report = reports[name][0]
     config = report.reduced_config(recipe.config, 3)
     smaller = Recipe(config, workdir=tmp_path, quiet=True)
     assert smaller.schema.names == [n for n in recipe.schema.names if n in report.top_k(3)]
-    result = smaller.fit(tracking=False, max_epochs=1)
-    assert 0.5 < result.metrics["test_auc"] <= 1.0
+    if name in TRAINED_BACK:
+        result = smaller.fit(tracking=False, max_epochs=1)
+        assert 0.5 < result.metrics["test_auc"] <= 1.0
 
 
 def _model_based(name: str) -> bool:

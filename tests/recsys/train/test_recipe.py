@@ -117,7 +117,7 @@ def test_search_fits_can_drop_their_checkpoints_and_the_data_module_keeps_no_mod
     tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``keep_checkpoints=False`` deletes a tested fit's checkpoints (its metrics stay); building
-    the data module leaves no model behind, and a fit's model goes with its result (the CLI that
+    the data module builds its model on the meta device and leaves none behind, and a fit's model goes with its result (the CLI that
     built them is kept reachable by its parser)."""
     import functools
     import gc
@@ -126,14 +126,21 @@ def test_search_fits_can_drop_their_checkpoints_and_the_data_module_keeps_no_mod
     from recsys.train.module import RankingTask
 
     built: list[weakref.ref] = []
+    on_meta: list[bool] = []
     init = RankingTask.__init__
 
     @functools.wraps(init)  # the CLI reads the signature
     def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
         init(self, *args, **kwargs)
         built.append(weakref.ref(self))
+        on_meta.append(all(p.is_meta for p in self.model.parameters()))
 
     monkeypatch.setattr(RankingTask, "__init__", recorded)
+    for kernel in ("fused", "plain"):  # the data module's model: shapes only, no tables allocated
+        config = {**CONFIG, "model": {**CONFIG["model"], "embedding_kernel": kernel}}
+        assert Recipe(config, workdir=tmp_cwd / kernel, quiet=True).datamodule is not None
+        assert on_meta.pop() is True
+    built.clear()
     recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True, keep_checkpoints=False)
     assert recipe.datamodule is not None
     gc.collect()

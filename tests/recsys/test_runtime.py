@@ -1,0 +1,32 @@
+"""``recsys.runtime.peak_rss_window``: the peak RSS of one block, not of the whole process."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from recsys.runtime import peak_rss_window
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="VmHWM and clear_refs are Linux's")
+
+MB = 1024 * 1024
+
+
+def test_a_window_sees_its_own_allocation_and_a_later_window_does_not():
+    with peak_rss_window() as big:
+        block = np.ones(300 * MB, dtype=np.uint8)  # touched: 300 MB resident
+        del block
+    assert big.mb is not None
+    with peak_rss_window() as small:
+        np.ones(10 * MB, dtype=np.uint8)
+    assert small.mb is not None
+    # the process-wide peak still holds the 300 MB block; the second window's own peak does not
+    assert big.mb - small.mb > 200, (big.mb, small.mb)
+
+
+def test_the_peak_is_set_even_when_the_block_raises():
+    with pytest.raises(RuntimeError), peak_rss_window() as peak:
+        raise RuntimeError("stage failed")
+    assert peak.mb is not None and peak.mb > 0
