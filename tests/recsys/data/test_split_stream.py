@@ -155,3 +155,27 @@ def test_a_raw_file_rewritten_between_samples_is_read_again(tmp_path: Path) -> N
     write_shop(tmp_path, shop_frame(400, seed=2))  # the same path, other rows
     second = sample_raw_split(reader, SPLIT, "train", rows=10**6)
     assert len(first) < 200 < len(second)
+
+
+def test_the_kept_sample_is_on_disk_and_comes_back_the_same(tmp_path: Path) -> None:
+    """The sample kept between requests is an Arrow file, not memory; it reads back equal (dtypes,
+    index, values); the next sample replaces its file; object columns stay in memory."""
+    import pandas as pd
+
+    from recsys.data import raw_sample
+
+    reader = SyntheticReader(n_rows=ROWS, seed=0, embedding_dim=8)
+    first = sample_raw_split(reader, SPLIT, "train", rows=500, seed=1)
+    (kept,) = raw_sample._LAST.values()
+    assert kept.frame is None and kept.path is not None and kept.path.is_file()
+    again = sample_raw_split(reader, SPLIT, "train", rows=500, seed=1)
+    pd.testing.assert_frame_equal(again.frame, first.frame, check_exact=True)
+    old_path = kept.path
+    sample_raw_split(reader, SPLIT, "train", rows=501, seed=1)
+    assert not old_path.exists()
+
+    frame = first.frame.copy()
+    frame["tags"] = frame["tags"].map(lambda t: t.split("|")).astype(object)  # lists: Python objects
+    held = raw_sample._keep(type(first)(frame, first.schema, first.report))
+    assert held.path is None and held.rows() is frame
+
