@@ -343,3 +343,50 @@ def test_local_checkpoints_are_loaded_memory_mapped(tmp_path: Path) -> None:
         assert str(path) in Path("/proc/self/maps").read_text()  # mapped while its tensors live
     with pytest.raises(FileNotFoundError, match="missing.ckpt"):
         FileCheckpointIO().load_checkpoint(tmp_path / "missing.ckpt")
+
+
+def test_the_test_after_fit_reloads_the_best_checkpoint_only_when_the_model_moved_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fit whose last validation wrote the best checkpoint tests the model in memory (the same
+    metrics as reloading it, without mapping the checkpoint); after more training it reloads."""
+    from types import SimpleNamespace
+
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from recsys.train.cli import FileCheckpointIO, FitState
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    loads: list[str] = []
+    answers: list[bool] = []
+    load, decide = FileCheckpointIO.load_checkpoint, FitState.best_is_in_memory
+
+    def counted(self, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+        loads.append(str(path))
+        return load(self, path, *args, **kwargs)
+
+    def recorded(self, trainer):  # type: ignore[no-untyped-def]
+        answers.append(decide(self, trainer))
+        return answers[-1]
+
+    monkeypatch.setattr(FileCheckpointIO, "load_checkpoint", counted)
+    monkeypatch.setattr(FitState, "best_is_in_memory", recorded)
+    cli = SalienceCLI(args=fit_args(tmp_path, "--tracking.enabled", "false", "--after_fit.export", "false",
+                                    rows=2000, epochs=1))
+    (best,) = cli.fit_state.best_steps
+    assert answers == [True] and not loads
+    in_memory = float(cli.trainer.callback_metrics["test_auc"])
+    cli.trainer.test(cli.model, datamodule=cli.datamodule, ckpt_path=best, weights_only=True, verbose=False)
+    assert loads == [best]
+    assert float(cli.trainer.callback_metrics["test_auc"]) == pytest.approx(in_memory, abs=1e-7)
+
+    callback = ModelCheckpoint(monitor="val_auc")
+    callback.best_model_path = best
+    state = FitState(tmp_path, "sha")
+    state.best_steps = dict(cli.fit_state.best_steps)
+    step = state.best_steps[best]
+    assert decide(state, SimpleNamespace(checkpoint_callback=callback, global_step=step))
+    assert not decide(state, SimpleNamespace(checkpoint_callback=callback, global_step=step + 5))  # trained on
+    callback.best_model_path = str(tmp_path / "resumed-best.ckpt")  # written by an earlier process
+    assert not decide(state, SimpleNamespace(checkpoint_callback=callback, global_step=step))
