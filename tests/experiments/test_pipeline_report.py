@@ -41,8 +41,8 @@ def _summary(name: str, features: list[str], params: int, auc: float, logloss: f
 def _state(out: Path, stages: list[str], name: str = "synthetic") -> None:
     atomic_write_json(out / "pipeline_state.json", {
         "format_version": 1, "name": name, "config_sha": "abc123", "parent_run_id": "parent-run-42",
-        "stages": {s: {"status": "done", "seconds": 1.5 + i, "run_id": f"r{i}", "finished_at": "2026-05-09T10:00:00"}
-                   for i, s in enumerate(stages)},
+        "stages": {s: {"status": "done", "seconds": 1.5 + i, "peak_rss_mb": 1234.5 + i, "run_id": f"r{i}",
+                       "finished_at": "2026-05-09T10:00:00"} for i, s in enumerate(stages)},
     })
 
 
@@ -128,6 +128,7 @@ def test_full_report(tmp_path: Path) -> None:
     assert _not_run(text) == set() and "could not render" not in text and "plot failed" not in text
     # the header
     assert "synthetic" in text and "parent-run-42" in text and "Stage timings" in text
+    assert "peak RSS MB" in text and "1,234" in text  # each stage's own peak
     # before / after first, with its numbers
     assert text.index('id="compare"') < text.index('id="quality"') < text.index('id="screening"')
     for number in ("123,456", "1,640", "-121,816 (0.0133x)", "0.7612", "0.7598", "-0.0014", "0.4821", "0.4833",
