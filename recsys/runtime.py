@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 __all__ = ["PeakRSS", "Terminated", "configure_logging", "exit_distributed", "import_optuna", "peak_rss_window",
-           "release_freed_memory", "sigterm_raises"]
+           "process_peak_rss_mb", "release_freed_memory", "sigterm_raises"]
 
 
 def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
@@ -144,19 +144,34 @@ def _vm_hwm_mb() -> float | None:
     return None
 
 
+#: the process's peak RSS (MB) before the last reset of :func:`peak_rss_window`
+_PEAK_BEFORE_RESETS = [0.0]
+
+
+def process_peak_rss_mb() -> float:
+    """The peak RSS of this process since it started, in MB, across the resets of
+    :func:`peak_rss_window` (which lower ``VmHWM`` and, with it, ``getrusage``'s ``ru_maxrss``)."""
+    import resource
+
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
+    return max(_PEAK_BEFORE_RESETS[0], _vm_hwm_mb() or 0.0, kib / 1024.0)
+
+
 @contextmanager
 def peak_rss_window() -> Iterator[PeakRSS]:
     """Measure the peak RSS of the work inside the ``with`` block, not of the whole process.
 
     Linux keeps one peak per process (``VmHWM``); writing ``5`` to ``/proc/self/clear_refs``
     resets it to the current RSS, so a long-lived process (the pipeline: one stage after the
-    other) can report each stage's own peak. Child processes are not counted::
+    other) can report each stage's own peak; :func:`process_peak_rss_mb` still gives the whole
+    process's. Child processes are not counted::
 
         with peak_rss_window() as peak:
             run_stage()
         peak.mb  # e.g. 2310.5, or None where unsupported
     """
     out = PeakRSS()
+    _PEAK_BEFORE_RESETS[0] = process_peak_rss_mb()  # the reset below forgets it
     try:
         with open("/proc/self/clear_refs", "w", encoding="ascii") as f:
             f.write("5")

@@ -41,7 +41,6 @@ import contextlib
 import json
 import logging
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -121,7 +120,9 @@ _CLOCK = _Clock()
 
 
 def _peak_rss_mb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+    from recsys.runtime import process_peak_rss_mb
+
+    return process_peak_rss_mb()  # the pipeline resets the kernel's peak per stage: this keeps the process's
 
 
 def _step_prepare(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:

@@ -289,8 +289,12 @@ class TrackedCLI(LightningCLI):
                     # "best" is the first ModelCheckpoint by construction (RankingTask.configure_callbacks);
                     # the second only keeps latest.ckpt for resuming
                     warnings.filterwarnings("ignore", message=r".*configured with multiple `ModelCheckpoint` callbacks.*")
+                    fit_callbacks = list(trainer_callbacks(self.trainer))
                     self.trainer.test(self.model, datamodule=self.datamodule, ckpt_path=ckpt, verbose=cfg["verbose"],
                                       weights_only=True)
+                    # the module's configure_callbacks replaced the fit's checkpoint callbacks for
+                    # the test; without a reload nothing restored their best path: keep the fit's
+                    trainer_callbacks(self.trainer)[:] = fit_callbacks
             if cfg["export"] and self.can_export():
                 self._export(cfg["export_dir"], tracking)
         except BaseException as e:

@@ -8,7 +8,6 @@ from typing import Any, Literal
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
-from lightning.pytorch.trainer.states import TrainerFn
 from torch import nn
 from torchmetrics.classification import BinaryAUROC
 from torchrec.datasets.utils import Batch
@@ -299,11 +298,6 @@ class RankingTask(pl.LightningModule):
             self._replica_optimizer.zero_grad()
 
     def configure_callbacks(self) -> list[Callback]:
-        trainer = self._trainer
-        if trainer is not None and trainer.state.fn is not TrainerFn.FITTING:
-            # Lightning asks again on test and predict, and its callbacks of these types would
-            # replace the fit's: a test after the fit keeps the fit's, with their best checkpoint
-            return []
         callbacks: list[Callback] = [
             ModelCheckpoint(monitor="val_auc", mode="max", save_last=True, filename="best-{epoch}-{val_auc:.4f}"),
             latest_checkpoint(),
