@@ -54,9 +54,11 @@ def new_db(empty_db: Path, path: Path) -> tuple[Path, MlflowClient]:
 def start(command: list[str], db: Path, log: Path) -> subprocess.Popen[str]:
     """Run ``command`` logging to MLflow store ``db``, its output to ``log``."""
     # one intra-op thread: both processes of a comparison compute alike, and two fit at once on 2 cores
-    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{db}", "OMP_NUM_THREADS": "1"}
+    # run in the log's folder: MLflow puts a new store's artifacts in ./mlruns, not in the checkout
+    env = os.environ | {"MLFLOW_TRACKING_URI": f"sqlite:///{db}", "OMP_NUM_THREADS": "1",
+                        "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
     with log.open("w") as out:
-        return subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
+        return subprocess.Popen(command, cwd=log.parent, env=env, stdout=out, stderr=subprocess.STDOUT, text=True)
 
 
 def state(root: Path) -> dict:
