@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any
 
 __all__ = ["PeakRSS", "Terminated", "configure_logging", "exit_distributed", "import_optuna", "peak_rss_window",
-           "process_peak_rss_mb", "release_freed_memory", "sigterm_raises"]
+           "proc_status_kib", "process_peak_rss_mb", "release_freed_memory", "sigterm_raises"]
 
 
 def configure_logging(fmt: str = "%(levelname)s %(name)s: %(message)s") -> None:
@@ -133,15 +133,22 @@ class PeakRSS:
     mb: float | None = None
 
 
-def _vm_hwm_mb() -> float | None:
+def proc_status_kib(field: str) -> int | None:
+    """One memory line of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ...) in KiB; None where
+    there is no such file (not Linux) or line."""
     try:
         with open("/proc/self/status", encoding="ascii") as f:
             for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024.0  # kB
+                if line.startswith(f"{field}:"):
+                    return int(line.split()[1])
     except OSError:
         pass
     return None
+
+
+def _vm_hwm_mb() -> float | None:
+    kib = proc_status_kib("VmHWM")
+    return None if kib is None else kib / 1024.0
 
 
 #: the process's peak RSS (MB) before the last reset of :func:`peak_rss_window`

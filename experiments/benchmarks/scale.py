@@ -53,6 +53,7 @@ from typing import Any
 from experiments.benchmarks._common import result_header
 from experiments.benchmarks._criteo_synth import write_criteo_tsv
 from recsys.io import atomic_savefig, atomic_write_json, atomic_write_text
+from recsys.runtime import process_peak_rss_mb
 
 __all__ = ["STEPS", "TARGETS", "main", "measure_step"]
 
@@ -117,12 +118,6 @@ class _Clock:
 
 
 _CLOCK = _Clock()
-
-
-def _peak_rss_mb() -> float:
-    from recsys.runtime import process_peak_rss_mb
-
-    return process_peak_rss_mb()  # the pipeline resets the kernel's peak per stage: this keeps the process's
 
 
 def _step_prepare(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -336,7 +331,7 @@ def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) ->
     assert _CLOCK.begin is not None and _CLOCK.end is not None and _CLOCK.cpu is not None and _CLOCK.cpu_end is not None
     wall = _CLOCK.end - _CLOCK.begin
     out.update(seconds=round(wall, 2), cpu_seconds=round(_CLOCK.cpu_end - _CLOCK.cpu, 2),
-               peak_rss_mb=round(_peak_rss_mb(), 1))
+               peak_rss_mb=round(process_peak_rss_mb(), 1))  # across the pipeline's per-stage resets
     if step != "train" and out.get("rows") and not out.get("resumed_after"):
         out["rows_per_s"] = round(out["rows"] / wall, 1)
     return out

@@ -243,15 +243,10 @@ def embedding_memory(model: torch.nn.Module) -> dict[str, Any]:
 
 
 def _rss_now() -> int:
-    """Resident set size of this process now (bytes)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
+    """Resident set size of this process now (bytes; 0 off Linux)."""
+    from recsys.runtime import proc_status_kib
+
+    return (proc_status_kib("VmRSS") or 0) * 1024
 
 
 def _rss_peak() -> int:

@@ -20,6 +20,7 @@ the 45M-row Criteo benchmark). A sample Arrow cannot hold (Python objects) stays
 from __future__ import annotations
 
 import atexit
+import functools
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -61,15 +62,14 @@ class _Kept:
 
 
 _LAST: dict[str, _Kept] = {}  # one entry: the last sample read (see the module docstring)
-_SPILL_DIR: list[Path] = []  # the process's temporary folder, made on first use
 
 
+@functools.cache
 def _spill_dir() -> Path:
-    if not _SPILL_DIR:
-        folder = Path(tempfile.mkdtemp(prefix="salience-raw-sample-"))
-        atexit.register(shutil.rmtree, folder, ignore_errors=True)
-        _SPILL_DIR.append(folder)
-    return _SPILL_DIR[0]
+    """The process's temporary folder (made on first use, removed at exit)."""
+    folder = Path(tempfile.mkdtemp(prefix="salience-raw-sample-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    return folder
 
 
 def _keep(raw: RawData) -> _Kept:
