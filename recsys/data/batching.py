@@ -51,7 +51,7 @@ def make_batch(data: EncodedData, rows: np.ndarray, offsets: dict[str, np.ndarra
         lengths.append(ln)
     kjt = KeyedJaggedTensor(
         keys=list(data.sparse_names),
-        values=torch.from_numpy(np.concatenate(values) if values else np.zeros(0, np.int64)),
+        values=torch.from_numpy(np.concatenate(values).astype(np.int64, copy=False) if values else np.zeros(0, np.int64)),
         lengths=torch.from_numpy(np.concatenate(lengths).astype(np.int32) if lengths else np.zeros(0, np.int32)),
     )
     return Batch(

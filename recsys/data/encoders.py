@@ -255,7 +255,8 @@ class EncodedData:
     """Encoded columnar arrays of one split.
 
     Attributes:
-        values: per sparse feature, the flat ids (int64, ``sum(lengths)``).
+        values: per sparse feature, the flat ids (int64, ``sum(lengths)``; int32 after
+            :meth:`load` when the saved ids fit, half the memory; batches widen them to int64).
         lengths: per sparse feature, ids per row (int32, N).
         dense: dense features (float32, N x D_dense), in schema order.
         labels: float32 (N,).
@@ -298,15 +299,16 @@ class EncodedData:
 
     # -- cache -----------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:
-        """Write an ``.npz``. Compact on disk, the same arrays after :meth:`load`: ids that fit
-        are stored as int32, and the lengths of a feature with one id per row are not stored."""
+        """Write an ``.npz``. Compact on disk: ids that fit are stored as int32 (and stay int32
+        after :meth:`load`), and the lengths of a feature with one id per row are not stored."""
         from recsys.io import atomic_path
 
         arrays: dict[str, np.ndarray] = {"dense": self.dense, "labels": self.labels}
         ones: list[str] = []
         for i, name in enumerate(self.sparse_names):
             values, lengths = self.values[name], self.lengths[name]
-            small = values.dtype == np.int64 and (not values.size or (values.min() >= 0 and values.max() < 2**31))
+            small = values.dtype == np.int32 or (
+                values.dtype == np.int64 and (not values.size or (values.min() >= 0 and values.max() < 2**31)))
             arrays[f"v{i}"] = values.astype(np.int32) if small else values
             if lengths.dtype == np.int32 and len(values) == len(lengths) and (lengths == 1).all():
                 ones.append(name)
@@ -329,7 +331,7 @@ class EncodedData:
             data = cls(
                 names,
                 meta["dense"],
-                {m: z[f"v{i}"].astype(np.int64, copy=False) for i, m in enumerate(names)},
+                {m: z[f"v{i}"] for i, m in enumerate(names)},  # int32 where they fit: half the memory
                 {m: np.ones(n, dtype=np.int32) if m in ones else z[f"l{i}"] for i, m in enumerate(names)},
                 z["dense"],
                 labels,

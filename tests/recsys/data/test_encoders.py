@@ -12,9 +12,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recsys.data.batching import make_batch
 from recsys.data.encoders import (
     OOV_ID,
     Counts,
@@ -408,6 +410,24 @@ def test_encoded_data_save_load_round_trip(pre: Preprocessor, tmp_path: Path) ->
     back = EncodedData.load(tmp_path / "train.npz")
     assert_same_encoding(back, enc)
     assert isinstance(back.stats, EncodeStats) and back.stats.oov == enc.stats.oov
+
+
+def test_loaded_ids_stay_int32_when_they_fit_and_batches_widen_them(tmp_path: Path) -> None:
+    n = 6
+    small = np.arange(n, dtype=np.int64)
+    large = small + 2**31  # does not fit int32: stored and loaded as int64
+    enc = EncodedData(["s", "l"], [], {"s": small, "l": large}, {"s": np.ones(n, np.int32), "l": np.ones(n, np.int32)},
+                      np.zeros((n, 0), np.float32), np.zeros(n, np.float32))
+    enc.save(tmp_path / "ids.npz")
+    back = EncodedData.load(tmp_path / "ids.npz")
+    assert back.values["s"].dtype == np.int32 and back.values["l"].dtype == np.int64
+    np.testing.assert_array_equal(back.values["s"], small)
+    np.testing.assert_array_equal(back.values["l"], large)
+    back.save(tmp_path / "again.npz")  # an int32 column saves as int32 again
+    assert EncodedData.load(tmp_path / "again.npz").values["s"].dtype == np.int32
+    kjt = make_batch(back, np.array([5, 0, 2])).sparse_features
+    assert kjt.values().dtype == torch.int64
+    assert kjt.values().tolist() == [5, 0, 2, 5 + 2**31, 2**31, 2 + 2**31]
 
 
 def test_encoded_data_round_trip_without_sparse_or_dense(tmp_path: Path) -> None:
