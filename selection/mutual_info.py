@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-__all__ = ["NullModel", "conditional_entropy", "entropy", "factorize", "outrank_score", "pair_codes", "plain_mi"]
+__all__ = ["NullModel", "conditional_entropy", "distinct_count", "entropy", "factorize", "outrank_score", "pair_codes", "plain_mi"]
 
 
 @unique
@@ -61,6 +61,17 @@ def _joint_counts(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]
         return nz // kx, counts[nz]
     uniq, counts = np.unique(keys, return_counts=True)
     return uniq // kx, counts
+
+
+def distinct_count(x: np.ndarray) -> int:
+    """Distinct values among non-negative integer codes ``x``: a bincount over a small code
+    space (codes of one batch of a factorized column), ``np.unique`` over a large one."""
+    if x.size == 0:
+        return 0
+    top = int(x.max()) + 1
+    if top <= max(4 * len(x), 1 << 16):
+        return int(np.count_nonzero(np.bincount(x, minlength=top)))
+    return len(np.unique(x))
 
 
 def _n_cond_entropy(x: np.ndarray, y: np.ndarray, ny: np.ndarray) -> float:

@@ -19,7 +19,7 @@ import numpy as np
 
 from recsys.data.raw import RawData
 from selection.column_codes import EncodedColumn, encode_column, label_codes
-from selection.mutual_info import NullModel, factorize, outrank_score, pair_codes, plain_mi
+from selection.mutual_info import NullModel, distinct_count, factorize, outrank_score, pair_codes, plain_mi
 
 __all__ = [
     "CONTROL_PREFIX",
@@ -412,13 +412,13 @@ class BatchScores:
         for c in cols:
             x, y = c.batch(lo, hi, label)
             self.rel[c.name].append(self._score(x, y))
-            self.card[c.name].append(len(np.unique(x)))
+            self.card[c.name].append(distinct_count(x))
         if method.controls:
             h = _row_hash((c.codes[lo:hi] for c in cols), hi - lo)
             for cname, x in _control_columns(self.rng, lab, start, h).items():
                 key = CONTROL_PREFIX + cname
                 self.ctrl.setdefault(key, []).append(self._score(x, lab))
-                self.ctrl_card.setdefault(key, []).append(len(np.unique(x)))
+                self.ctrl_card.setdefault(key, []).append(distinct_count(x))
         pair_cols = [c for c in cols if c.name in self._pair_set]
         if b in self.pair_ids and pair_cols:
             noise = [v[-1] for k, v in self.ctrl.items() if k.removeprefix(CONTROL_PREFIX) in _NOISE_CONTROLS]
