@@ -38,14 +38,32 @@ def _export(argv: Sequence[str]) -> int:
     parser.add_argument("--checkpoint", required=True, help="Lightning checkpoint written by `salience fit`")
     parser.add_argument("--output", required=True, help="output folder (model.pt, schema.json, loader.py)")
     parser.add_argument("--no-parity", action="store_true", help="skip the eager-vs-exported check in a fresh process")
+    parser.add_argument("--precision", default="fp32",
+                        help="embedding tables as fp32 (default), fp16, int8 or int4 on FBGEMM's inference kernel; "
+                             "per-feature overrides after a comma: int8,C3=int4")
+    parser.add_argument("--config", default=None,
+                        help="the fit config: with --precision, report the test AUC change against fp32")
     args = parser.parse_args(argv)
 
+    from recsys.export.quantize import PrecisionError
     from recsys.train.checkpoint import export_checkpoint
 
-    report = export_checkpoint(args.checkpoint, args.output, check_parity=not args.no_parity)
+    try:
+        report = export_checkpoint(args.checkpoint, args.output, check_parity=not args.no_parity,
+                                   precision=args.precision, config=args.config)
+    except PrecisionError as e:
+        parser.error(str(e))
     print(f"exported {args.checkpoint} -> {args.output}")
+    emb = report["embedding_precision"]
+    if emb.get("fp32_bytes"):
+        print(f"embedding tables: {emb['bytes'] / 1e6:.3f} MB ({emb['bytes'] / emb['fp32_bytes']:.3f}x of fp32), "
+              f"precision {args.precision}")
     if report.get("parity_max_abs_diff") is not None:
         print(f"parity (fresh process): max |eager - exported| = {report['parity_max_abs_diff']:.2e}")
+    if "test" in report:
+        t = report["test"]
+        print(f"test AUC {t[args.precision]['auc']:.5f} vs fp32 {t['fp32']['auc']:.5f} (change {t['auc_change']:+.5f}); "
+              f"log loss change {t['logloss_change']:+.5f}")
     return 0
 
 

@@ -32,9 +32,23 @@ def load(export_dir: str | Path = HERE) -> tuple[torch.jit.ScriptModule, dict[st
     """The scripted module (eval mode) and the parsed ``schema.json`` of ``export_dir``."""
     export_dir = Path(export_dir)
     schema = json.loads((export_dir / "schema.json").read_text(encoding="utf-8"))
+    check_kernels(schema, export_dir)
     module = torch.jit.load(str(export_dir / "model.pt"), map_location="cpu")
     module.eval()
     return module, schema
+
+
+def check_kernels(schema: dict[str, Any], export_dir: str | Path = HERE) -> None:
+    """Refuse, with the reason, an export whose quantized tables this fbgemm_gpu cannot run."""
+    tables = ((schema.get("metadata") or {}).get("embedding_precision") or {}).get("tables") or {}
+    low = sorted({p for p in tables.values() if p != "fp32"})
+    if low and not hasattr(torch.ops.fbgemm, "int_nbit_split_embedding_codegen_lookup_function"):
+        raise RuntimeError(
+            f"{export_dir}: its embedding tables are stored as {', '.join(low)}, and this fbgemm_gpu "
+            f"({getattr(fbgemm_gpu, '__version__', '?')}) lacks the quantized lookup op "
+            "fbgemm::int_nbit_split_embedding_codegen_lookup_function; install an fbgemm_gpu build with the "
+            "inference ops (the CPU and CUDA wheels of fbgemm-gpu have them), or export with --precision fp32"
+        )
 
 
 def _rotl(x: int, b: int) -> int:

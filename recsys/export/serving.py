@@ -22,7 +22,7 @@ import copy
 import dataclasses
 import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -350,6 +350,7 @@ def export_model(
     output_dir: str | Path,
     metadata: dict[str, Any] | None = None,
     schema: Schema | None = None,
+    precision: str | Mapping[str, str] = "fp32",
 ) -> ExportResult:
     """Script ``model`` behind :class:`ServingModule` and write an export directory atomically.
 
@@ -369,6 +370,11 @@ def export_model(
         schema: the model's input schema (sparse order = the KJT keys it reads, dense width);
             default ``model.schema`` for a :class:`RankingModel`, else the preprocessor's
             fitted schema.
+        precision: storage of the embedding tables (:mod:`recsys.export.quantize`): ``fp32``
+            (as trained), ``fp16``, ``int8`` or ``int4``, optionally with per-feature overrides
+            (``"int8,C3=int4"``). A lower precision exports the quantized model and checks the
+            scripted module against the eager *quantized* one (same kernels: ``PARITY_ATOL``);
+            ``schema.json`` records the precision and the embedding bytes of both.
 
     Returns:
         ExportResult with the paths and the export-time parity.
@@ -385,15 +391,23 @@ def export_model(
     plain = to_plain_kernel(cast(RankingModel, model)) if ranking else model
     device = model_device(model)
     cpu_model = plain if device.type == "cpu" else (copy.deepcopy(plain) if plain is model else plain).cpu()
-    info = _schema_json(model, preprocessor, schema, dict(metadata or {}))
+    metadata = dict(metadata or {})
+    reference = model  # what the scripted module must reproduce
+    if ranking:
+        cpu_model, metadata["embedding_precision"] = _quantized(cast(RankingModel, cpu_model), precision)
+        if cpu_model is not plain:  # the eager quantized model, on the CPU
+            reference, device = cpu_model, torch.device("cpu")
+    elif precision != "fp32":
+        raise ValueError(f"precision={precision!r} needs a RankingModel (its sparse arch holds the tables)")
+    info = _schema_json(model, preprocessor, schema, metadata)
     info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
-    with eval_mode(model, cpu_model):
+    with eval_mode(model, reference, cpu_model):
         scripted = torch.jit.script(ServingModule(cpu_model, **serving_args))
         diff = 0.0
         for batch_size in (1, 5):
             values, lengths, dense = synthetic_inputs(schema, batch_size, 3, seed=1234 + batch_size)
             kjt = _kjt(schema.sparse_names, values, lengths).to(device)
-            eager = torch.sigmoid(model(dense.to(device), kjt)).cpu()
+            eager = torch.sigmoid(reference(dense.to(device), kjt)).cpu()
             diff = max(diff, float((scripted(values, lengths, dense) - eager).abs().max()))
     if not diff <= PARITY_ATOL:
         raise ExportError(f"scripted module differs from the eager model by {diff:.3g} (> {PARITY_ATOL})")
@@ -414,6 +428,18 @@ def export_model(
     )
 
 
+def _quantized(model: RankingModel, precision: str | Mapping[str, str]) -> tuple[RankingModel, dict[str, Any]]:
+    """The model at ``precision`` and what ``schema.json`` records of it."""
+    from recsys.export.quantize import embedding_bytes, quantize_model, resolve_precision
+
+    arch = model.sparse_arch
+    if not isinstance(arch, SparseArch):
+        return model, {"tables": {}, "bytes": 0, "fp32_bytes": 0}
+    plan = resolve_precision(arch, precision)
+    record = {"tables": plan.to_dict(), "bytes": embedding_bytes(arch, plan), "fp32_bytes": embedding_bytes(arch)}
+    return quantize_model(model, plan), record
+
+
 def read_export_schema(export_dir: str | Path) -> dict[str, Any]:
     """The parsed ``schema.json`` of an export directory (checks the format marker)."""
     return read_marked_json(export_dir, SCHEMA_FILE, EXPORT_FORMAT, "an export directory")
@@ -423,6 +449,9 @@ def load_exported(export_dir: str | Path) -> torch.jit.ScriptModule:
     """The exported TorchScript module in eval mode (imports fbgemm_gpu first for its ops)."""
     import fbgemm_gpu  # noqa: F401  registers fbgemm:: ops used by the scripted KJT code
 
+    from recsys.export._loader_template import check_kernels
+
+    check_kernels(read_export_schema(export_dir), export_dir)
     module = torch.jit.load(str(Path(export_dir) / MODEL_FILE), map_location="cpu")
     module.eval()
     return module

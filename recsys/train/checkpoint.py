@@ -86,21 +86,51 @@ def _current_hparams(hparams: dict[str, Any]) -> dict[str, Any]:
 
 
 def export_checkpoint(
-    checkpoint: str | Path, output_dir: str | Path, check_parity: bool = True, parity_batch_sizes: tuple[int, ...] = (1, 7, 300)
+    checkpoint: str | Path,
+    output_dir: str | Path,
+    check_parity: bool = True,
+    parity_batch_sizes: tuple[int, ...] = (1, 7, 300),
+    precision: str = "fp32",
+    config: str | Path | None = None,
 ) -> dict[str, Any]:
     """Export a checkpoint to ``output_dir``; optionally check eager vs exported in a fresh process.
 
+    Args:
+        precision: storage of the embedding tables (``fp32``, ``fp16``, ``int8``, ``int4``,
+            with per-feature overrides ``"int8,C3=int4"``; see :mod:`recsys.export.quantize`).
+            The parity check then compares against the eager *quantized* model.
+        config: the ``salience fit`` config the checkpoint was trained with; with a precision
+            other than fp32, its test split is scored by the fp32 and the quantized model and
+            the AUC / log-loss change is reported (the test split is read once, for the report).
+
     Returns:
-        A report with ``output_dir`` and ``parity_max_abs_diff`` (None when unchecked).
+        A report with ``output_dir``, ``parity_max_abs_diff`` (None when unchecked),
+        ``embedding_precision`` (tables, bytes, fp32 bytes) and, with ``config``, ``test``:
+        ``{"fp32": {auc, logloss}, "<precision>": {...}, "auc_change": ...}``.
     """
     from recsys.data.batching import random_batch
-    from recsys.export import check_parity_in_fresh_process, export_model
+    from recsys.export import check_parity_in_fresh_process, export_model, read_export_schema, to_plain_kernel
+    from recsys.export.quantize import quantize_model
 
     loaded = load_checkpoint(checkpoint)
-    export_model(loaded.model, loaded.preprocessor, output_dir, metadata={"checkpoint": str(checkpoint), "arch": type(loaded.model).__name__.lower()})
-    report: dict[str, Any] = {"output_dir": str(output_dir), "parity_max_abs_diff": None}
+    metadata = {"checkpoint": str(checkpoint), "arch": type(loaded.model).__name__.lower()}
+    result = export_model(loaded.model, loaded.preprocessor, output_dir, metadata=metadata, precision=precision)
+    record = read_export_schema(result.output_dir)["metadata"].get("embedding_precision", {})
+    served = quantize_model(to_plain_kernel(loaded.model), record["tables"]) if record.get("tables") else loaded.model
+    report: dict[str, Any] = {"output_dir": str(output_dir), "parity_max_abs_diff": None, "embedding_precision": record}
     if check_parity:
         schema = loaded.preprocessor.fitted_schema
         batches = [random_batch(schema, b, seed=i) for i, b in enumerate(parity_batch_sizes)]
-        report["parity_max_abs_diff"] = check_parity_in_fresh_process(output_dir, loaded.model, batches)
+        report["parity_max_abs_diff"] = check_parity_in_fresh_process(output_dir, served, batches)
+    if config is not None and served is not loaded.model:
+        from recsys.train.evaluation import evaluate
+        from recsys.train.recipe import Recipe
+
+        recipe = Recipe(config, quiet=True)
+        test = recipe.datamodule.split_data("test")
+        if test is None:
+            raise ValueError(f"{config}: the config has no test split to report the precision's AUC change on")
+        fp32, low = evaluate(loaded.model, test), evaluate(served, test)
+        report["test"] = {"fp32": fp32, precision: low, "auc_change": low["auc"] - fp32["auc"],
+                          "logloss_change": low["logloss"] - fp32["logloss"]}
     return report

@@ -116,6 +116,30 @@ def test_export_command_writes_a_serving_folder_that_matches_eager(fitted: tuple
     assert match is not None and float(match.group(1)) <= 1e-6
 
 
+def test_int8_export_matches_the_eager_int8_model_and_reports_the_test_auc_change(
+    fitted: tuple[SalienceCLI, Path], tmp_path: Path, capsys
+) -> None:
+    import yaml
+
+    cli, root = fitted
+    config = yaml.safe_load(CONFIG.read_text())  # the fit's data, as fit_args overrode it
+    config["data"]["reader"]["init_args"].update(n_rows=4000, embedding_dim=8)
+    config["data"].update(batch_size=256, cache_dir=str(root / "cache"))
+    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(config))
+    out = tmp_path / "int8"
+    assert salience(["export", "--checkpoint", cli.trainer.checkpoint_callback.best_model_path, "--output", str(out),
+                     "--precision", "int8", "--config", str(tmp_path / "fit.yaml")]) == 0
+    printed = capsys.readouterr().out
+    # the fresh process runs the same FBGEMM int8 kernel as the eager quantized model
+    assert float(re.search(r"max \|eager - exported\| = (\S+)", printed).group(1)) <= 1e-6
+    ratio = float(re.search(r"\(([\d.]+)x of fp32\)", printed).group(1))
+    assert 0.25 < ratio < 0.5  # dim 8: 8 bytes of values + 4 of scale and bias per row, vs 32
+    change = float(re.search(r"\(change ([-+][\d.]+)\)", printed).group(1))
+    assert abs(change) < 0.01  # 8-bit rows barely move a trained model's ranking
+    schema = __import__("json").loads((out / "schema.json").read_text())
+    assert set(schema["metadata"]["embedding_precision"]["tables"].values()) == {"int8"}
+
+
 def test_same_seed_same_metrics(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cli, _ = fitted
     monkeypatch.chdir(tmp_path)
