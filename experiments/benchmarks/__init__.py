@@ -22,4 +22,5 @@ BENCHMARKS: dict[str, str] = {
     "gpu": "gpu_suite",
     "pipeline": "pipeline",
     "scale": "scale",
+    "compress": "compress",
 }

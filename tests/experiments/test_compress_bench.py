@@ -1,0 +1,25 @@
+"""`salience bench compress`: a quick run on small synthetic data, every precision side by side."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.benchmarks import compress
+
+
+def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: Path) -> None:
+    overrides = ["--override=--data.reader.init_args.n_rows=3000", "--override=--data.batch_size=256",
+                 "--override=--model.backbone.init_args.deep_mlp=[16]"]
+    assert compress.main(["--datasets", "synthetic", "--seeds", "2", "--quick", *overrides, "--output-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "compress.json").read_text())
+    s = result["datasets"]["synthetic"]["summary"]
+    assert [s[p]["bytes_ratio"] for p in compress.PRECISIONS][0] == 1.0
+    ratios = [s[p]["bytes_ratio"] for p in compress.PRECISIONS]
+    assert ratios == sorted(ratios, reverse=True) and ratios[1] == 0.5  # fp16 is half; int8, int4 smaller still
+    assert s["fp32"]["test_auc_change"]["mean"] == 0.0 and s["int4"]["test_auc_change"]["mean"] != 0.0
+    runs = result["datasets"]["synthetic"]["runs"]
+    assert all(set(r["precisions"]["int8"]["latency_ms"]) == {"1", "1024"} for r in runs)
+    assert len(s["chosen_on_validation"]["precisions"]) == 2
+    assert "int8_test_auc_within_0.0005" in result["datasets"]["synthetic"]["verdicts"]
+    assert (tmp_path / "compress.png").stat().st_size > 0 and "| synthetic | int8 |" in (tmp_path / "compress.md").read_text()
