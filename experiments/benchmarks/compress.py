@@ -1,19 +1,21 @@
-"""Compression benchmark: embedding bytes against AUC for quantized exports (issue 19).
+"""Compression benchmark: embedding bytes against AUC for quantized tables, QR and hashed rows (issue 19).
 
     python -m experiments.benchmarks.compress                          # Frappe, MovieLens, Criteo head-10k, synthetic; 3 seeds
     python -m experiments.benchmarks.compress --datasets frappe --seeds 1 --quick
 
-Per dataset and seed: one ``salience fit`` of the dataset's DCNv2 config (tracking off), then the
-trained model at every precision of :mod:`recsys.export.quantize` (fp32, fp16, int8, int4):
-embedding bytes, validation and test AUC and log loss, the export (TorchScript folder) size, and
-the exported model's latency at batch 1 and 1024 (median of 30 calls, every precision measured
-side by side in the same process on the same rows). The precision a user would pick is chosen on
-validation (the fewest bytes within ``--tolerance`` validation AUC of fp32) and its test AUC is
-reported once. Writes ``experiments/results/compress.{json,md,png}``.
+Per dataset and seed: ``salience fit`` of the dataset's DCNv2 config (tracking off) with full
+tables, and with quotient-remainder (``qr``) or hashed (``hash``, same rows) tables for the
+features of at least ``MIN_IDS`` ids (:mod:`recsys.models.rows`); then every technique:
+precisions of :mod:`recsys.export.quantize` on the full model (fp32, fp16, int8, int4), the row
+schemes alone and with int8. For each: embedding bytes, validation and test AUC and log loss,
+the export (TorchScript folder) size, and the exported model's latency at batch 1 and 1024
+(median of 30 calls, every technique measured side by side in one process on the same rows).
+The technique a user would pick is chosen on validation (the fewest bytes within
+``--tolerance`` validation AUC of fp32) and its test AUC is reported once. Writes
+``experiments/results/compress.{json,md,png}``.
 
-Not measured here, because they are not built yet: compositional (quotient-remainder)
-embeddings, the hashing baseline and the combined byte-budget search (``salience compress``);
-the result lists those targets as not measured.
+Not measured here, because it is not built yet: the byte-budget search over dims, precision
+and row scheme together (``salience compress``); the result says so.
 """
 
 from __future__ import annotations
@@ -38,6 +40,10 @@ CONFIGS = {
     "synthetic": "experiments/configs/synthetic_dcnv2.yaml",
 }
 PRECISIONS = ("fp32", "fp16", "int8", "int4")
+#: every technique measured: precisions of the full model, then row schemes alone and with int8
+TECHNIQUES = (*PRECISIONS, "qr", "hash", "qr+int8", "hash+int8")
+#: features with fewer ids keep their full table under the qr / hash techniques
+MIN_IDS = 64
 TARGETS = {
     "int8_test_auc_within": 0.0005,
     "int8_bytes_ratio_about": 0.25,
@@ -53,118 +59,185 @@ def _summary(values: list[float]) -> dict[str, float]:
     return {"mean": mean, "std": std, "se": std / math.sqrt(n) if n else 0.0, "n": n}
 
 
-def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tuple[str, ...] = ()) -> dict[str, Any]:
-    """One fit, then every precision of the trained model (see the module docstring)."""
+def row_schemes(schema: Any, scheme: str) -> dict[str, dict[str, Any]]:
+    """``model.embedding_rows`` for every feature with at least ``MIN_IDS`` ids: quotient-remainder
+    with ``m = ceil(sqrt(n))`` buckets (``ceil(n / m) + m`` rows, sum), or a hashed table with the
+    same number of rows (equal bytes: the baseline QR must beat)."""
+    out: dict[str, dict[str, Any]] = {}
+    for f in schema.sparse:
+        n = int(f.num_embeddings or 0)
+        if n < MIN_IDS:
+            continue
+        m = math.ceil(math.sqrt(n))
+        out[f.name] = ({"scheme": "qr", "buckets": m, "combine": "sum"} if scheme == "qr"
+                       else {"scheme": "hash", "rows": math.ceil(n / m) + m})
+    return out
+
+
+def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, Any, float]:
+    from recsys.export import to_plain_kernel
+    from recsys.models.base import SparseArch
+
+    start = time.perf_counter()
+    fit = recipe.fit(seed=seed, tracking=False, max_epochs=1 if quick else None, extra_args=extra)
+    model = to_plain_kernel(fit.task.model.eval())
+    if not isinstance(model.sparse_arch, SparseArch):
+        raise ValueError(f"{recipe.config_path}: a model without embedding tables has nothing to compress")
+    return model, fit.datamodule, time.perf_counter() - start
+
+
+def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tuple[str, ...] = (),
+                 techniques: tuple[str, ...] = TECHNIQUES) -> dict[str, Any]:
+    """One fit per row scheme (full, and ``qr`` / ``hash`` when asked), then every technique of
+    the trained models (see the module docstring)."""
+    import json
+
     from experiments.pipeline.stages import export_bytes, exported_latency
-    from recsys.export import export_model, to_plain_kernel
+    from recsys.data.encoders import EncodedData
+    from recsys.export import export_model
     from recsys.export.quantize import embedding_bytes, quantize_model, resolve_precision
     from recsys.train.evaluation import evaluate
     from recsys.train.recipe import Recipe
 
     recipe = Recipe(ROOT / config, overrides, workdir=work / f"fit-{seed}", quiet=True, keep_checkpoints=False)
-    start = time.perf_counter()
-    fit = recipe.fit(seed=seed, tracking=False, max_epochs=1 if quick else None)
-    fit_seconds = time.perf_counter() - start
-    model = to_plain_kernel(fit.task.model.eval())
-    dm = fit.datamodule
+    out: dict[str, Any] = {"seed": seed, "fit_seconds": {}, "techniques": {}, "embedding_rows": {}}
+    models = {}
+    for scheme in ("full", "qr", "hash"):
+        if not any(_scheme_of(t) == scheme for t in techniques):
+            continue
+        rows = row_schemes(recipe.schema, scheme) if scheme != "full" else {}
+        extra = [f"--model.embedding_rows={json.dumps(rows)}"] if rows else []
+        model, dm, seconds = _fit(recipe, seed, quick, extra)
+        models[scheme] = model
+        out["fit_seconds"][scheme] = round(seconds, 1)
+        out["embedding_rows"][scheme] = rows
     val, test = dm.split_data("val"), dm.split_data("test")
     if val is None or test is None:
         raise ValueError(f"{config}: needs a validation and a test split")
-    out: dict[str, Any] = {"seed": seed, "fit_seconds": round(fit_seconds, 1), "precisions": {}}
     exports = {}
-    for p in PRECISIONS:
-        plan = resolve_precision(model.sparse_arch, p)
+    for t in techniques:
+        model = models[_scheme_of(t)]
+        precision = t.split("+")[-1] if t not in ("qr", "hash") else "fp32"
+        plan = resolve_precision(model.sparse_arch, precision)
         served = quantize_model(model, plan)
-        export_dir = work / f"export-{seed}-{p}"
-        export_model(model, dm.preprocessor, export_dir, precision=p)
-        exports[p] = export_dir
-        out["precisions"][p] = {
+        export_dir = work / f"export-{seed}-{t.replace('+', '-')}"
+        export_model(model, dm.preprocessor, export_dir, precision=precision)
+        exports[t] = export_dir
+        out["techniques"][t] = {
             "embedding_bytes": embedding_bytes(model.sparse_arch, plan),
             "val": evaluate(served, val),
             "test": evaluate(served, test),
             "export_bytes": export_bytes(export_dir),
         }
-    sample = test if hasattr(test, "take") else dm.sample_rows("test", 4096)
-    for p in PRECISIONS:  # side by side, after every export is written
-        out["precisions"][p]["latency_ms"] = exported_latency(exports[p], sample, (1, 1024))
+    sample = test if isinstance(test, EncodedData) else dm.sample_rows("test", 4096)
+    for t in techniques:  # side by side, after every export is written
+        out["techniques"][t]["latency_ms"] = exported_latency(exports[t], sample, (1, 1024))
     return out
 
 
+def _scheme_of(technique: str) -> str:
+    head = technique.split("+")[0]
+    return head if head in ("qr", "hash") else "full"
+
+
 def choose_on_validation(seed_result: dict[str, Any], tolerance: float) -> str:
-    """The fewest-bytes precision within ``tolerance`` validation AUC of fp32."""
-    ps = seed_result["precisions"]
-    ok = [p for p in PRECISIONS if ps[p]["val"]["auc"] >= ps["fp32"]["val"]["auc"] - tolerance]
-    return min(ok, key=lambda p: ps[p]["embedding_bytes"])
+    """The fewest-bytes technique within ``tolerance`` validation AUC of fp32."""
+    ts = seed_result["techniques"]
+    ok = [t for t in ts if ts[t]["val"]["auc"] >= ts["fp32"]["val"]["auc"] - tolerance]
+    return min(ok, key=lambda t: ts[t]["embedding_bytes"])
 
 
 def summarize(runs: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
-    """Per precision over seeds: test AUC, its paired change against fp32, bytes and latency ratios."""
+    """Per technique over seeds: test AUC, its paired change against fp32, bytes and latency ratios."""
     out: dict[str, Any] = {}
-    for p in PRECISIONS:
-        rows = [r["precisions"][p] for r in runs]
-        base = [r["precisions"]["fp32"] for r in runs]
-        out[p] = {
+    for t in runs[0]["techniques"]:
+        rows = [r["techniques"][t] for r in runs]
+        base = [r["techniques"]["fp32"] for r in runs]
+        pairs = list(zip(rows, base, strict=True))
+        out[t] = {
             "test_auc": _summary([r["test"]["auc"] for r in rows]),
             "test_logloss": _summary([r["test"]["logloss"] for r in rows]),
             "val_auc": _summary([r["val"]["auc"] for r in rows]),
-            "test_auc_change": _summary([r["test"]["auc"] - b["test"]["auc"] for r, b in zip(rows, base, strict=True)]),
+            "test_auc_change": _summary([r["test"]["auc"] - b["test"]["auc"] for r, b in pairs]),
             "bytes_ratio": rows[0]["embedding_bytes"] / max(base[0]["embedding_bytes"], 1),
             "embedding_bytes": rows[0]["embedding_bytes"],
-            "export_bytes_ratio": _summary([r["export_bytes"] / max(b["export_bytes"], 1) for r, b in zip(rows, base, strict=True)]),
+            "export_bytes_ratio": _summary([r["export_bytes"] / max(b["export_bytes"], 1) for r, b in pairs]),
             "latency_ratio": {
-                size: _summary([r["latency_ms"][size]["median"] / max(b["latency_ms"][size]["median"], 1e-9)
-                                for r, b in zip(rows, base, strict=True)])
+                size: _summary([r["latency_ms"][size]["median"] / max(b["latency_ms"][size]["median"], 1e-9) for r, b in pairs])
                 for size in rows[0]["latency_ms"]
             },
         }
     chosen = [choose_on_validation(r, tolerance) for r in runs]
     out["chosen_on_validation"] = {
-        "precisions": chosen,
-        "test_auc_change": _summary([r["precisions"][c]["test"]["auc"] - r["precisions"]["fp32"]["test"]["auc"]
+        "techniques": chosen,
+        "test_auc_change": _summary([r["techniques"][c]["test"]["auc"] - r["techniques"]["fp32"]["test"]["auc"]
                                      for r, c in zip(runs, chosen, strict=True)]),
-        "bytes_ratio": statistics.fmean(r["precisions"][c]["embedding_bytes"] / r["precisions"]["fp32"]["embedding_bytes"]
+        "bytes_ratio": statistics.fmean(r["techniques"][c]["embedding_bytes"] / r["techniques"]["fp32"]["embedding_bytes"]
                                         for r, c in zip(runs, chosen, strict=True)),
     }
     return out
 
 
-def verdicts(summary: dict[str, Any]) -> dict[str, str]:
-    """The issue's precision targets on one dataset ("met", "NOT met", with the seed spread)."""
-    int8 = summary["int8"]
-    change = int8["test_auc_change"]
-    within = abs(change["mean"]) <= TARGETS["int8_test_auc_within"] + change["se"]
-    lat = int8["latency_ratio"]["1"]
-    return {
-        "int8_test_auc_within_0.0005": "met" if within else "NOT met",
-        "int8_bytes_about_a_quarter": f"{int8['bytes_ratio']:.3f}x",
-        "int8_latency_batch1_no_worse": "met" if lat["mean"] - 1.0 <= max(lat["se"], 0.0) else "NOT met",
-        "combined_search_at_most_1/8": "not measured (QR, hashing and the byte-budget search are not built)",
-    }
+def _paired(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
+    return _summary([r["techniques"][a]["test"]["auc"] - r["techniques"][b]["test"]["auc"] for r in runs])
+
+
+def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, str]:
+    """The issue's targets on one dataset that these techniques can answer (with the seed spread)."""
+    from experiments.benchmarks._common import verdict
+
+    out: dict[str, str] = {}
+    if "int8" in summary:
+        int8 = summary["int8"]
+        change = int8["test_auc_change"]
+        within = abs(change["mean"]) <= TARGETS["int8_test_auc_within"] + change["se"]
+        out["int8 within 0.0005 test AUC of fp32"] = (f"{'met' if within else 'NOT met'} "
+                                                      f"({change['mean']:+.5f} +/- {change['se']:.5f})")
+        out["int8 bytes (target ~1/4)"] = f"{int8['bytes_ratio']:.3f}x"
+        lat = int8["latency_ratio"]["1"]
+        out["int8 latency at batch 1 no worse than fp32"] = (f"{'met' if lat['mean'] - 1.0 <= lat['se'] else 'NOT met'} "
+                                                              f"(x{lat['mean']:.2f} +/- {lat['se']:.2f})")
+    if "qr" in summary and "hash" in summary:
+        d = _paired(runs, "qr", "hash")
+        v = verdict(d["mean"], 0.0, d["se"])
+        out["qr beats hashing at equal bytes"] = (f"{'met' if v == 'better' else 'tie' if v == 'tie' else 'NOT met'} "
+                                                  f"(test AUC {d['mean']:+.5f} +/- {d['se']:.5f} at "
+                                                  f"{summary['qr']['bytes_ratio']:.3f}x)")
+    if "qr+int8" in summary:
+        c = summary["qr+int8"]
+        ok = c["bytes_ratio"] <= TARGETS["combined_search_bytes_ratio_at_most"] and c["test_auc_change"]["mean"] >= -0.001 - c["test_auc_change"]["se"]
+        out["qr+int8 at <= 1/8 bytes within 0.001 test AUC (a fixed combination, not the budget search)"] = (
+            f"{'met' if ok else 'NOT met'} ({c['bytes_ratio']:.3f}x, {c['test_auc_change']['mean']:+.5f} "
+            f"+/- {c['test_auc_change']['se']:.5f})")
+    out["combined byte-budget search (salience compress)"] = "not measured: not built yet"
+    return out
 
 
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
-        "# Compression: embedding bytes against AUC (quantized FBGEMM tables)",
+        "# Compression: embedding bytes against AUC (quantized tables, QR and hashed rows)",
         "",
         f"Command: `{result['command'].strip()}`  ",
         f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
         f"seeds: {result['seeds']}; choice tolerance on validation AUC: {result['tolerance']}.",
         "",
-        "Each seed trains the dataset's DCNv2 config once; every precision quantizes that model's tables "
-        "(post-training, per-row min-max with fp16 scale and bias for int8/int4). Changes are paired per seed; "
-        "+/- is the standard error over seeds. Latency is the exported TorchScript model's call, every "
-        "precision timed side by side.",
+        "Each seed trains the dataset's DCNv2 config with full tables, and (for qr / hash) once more with every "
+        f"feature of at least {MIN_IDS} ids on quotient-remainder tables (m = ceil(sqrt(n)) buckets, sum) or on a "
+        "hashed table of the same rows. Precisions quantize a trained model's tables after training (per-row "
+        "min-max with fp16 scale and bias for int8/int4). Changes are paired per seed against fp32; +/- is the "
+        "standard error over seeds. Latency is the exported TorchScript model's call, every technique timed side "
+        "by side on the same rows.",
         "",
-        "| dataset | precision | embedding bytes (x fp32) | test AUC | test AUC change | test log loss | "
+        "| dataset | technique | embedding bytes (x fp32) | test AUC | test AUC change | test log loss | "
         "export size (x fp32) | latency b=1 (x fp32) | latency b=1024 (x fp32) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, d in result["datasets"].items():
         s = d["summary"]
-        for p in PRECISIONS:
-            r = s[p]
+        for t in [k for k in s if k != "chosen_on_validation"]:
+            r = s[t]
             lines.append(
-                f"| {name} | {p} | {r['embedding_bytes']:,} ({r['bytes_ratio']:.3f}) | {r['test_auc']['mean']:.4f} | "
+                f"| {name} | {t} | {r['embedding_bytes']:,} ({r['bytes_ratio']:.3f}) | {r['test_auc']['mean']:.4f} | "
                 f"{r['test_auc_change']['mean']:+.5f} +/- {r['test_auc_change']['se']:.5f} | {r['test_logloss']['mean']:.4f} | "
                 f"{r['export_bytes_ratio']['mean']:.3f} | {r['latency_ratio']['1']['mean']:.2f} | "
                 f"{r['latency_ratio']['1024']['mean']:.2f} |"
@@ -173,7 +246,7 @@ def to_markdown(result: dict[str, Any]) -> str:
               "| dataset | chosen per seed | bytes (x fp32) | test AUC change |", "|---|---|---:|---:|"]
     for name, d in result["datasets"].items():
         c = d["summary"]["chosen_on_validation"]
-        lines.append(f"| {name} | {', '.join(c['precisions'])} | {c['bytes_ratio']:.3f} | "
+        lines.append(f"| {name} | {', '.join(c['techniques'])} | {c['bytes_ratio']:.3f} | "
                      f"{c['test_auc_change']['mean']:+.5f} +/- {c['test_auc_change']['se']:.5f} |")
     lines += ["", "Targets:", "", "| dataset | target | verdict |", "|---|---|---|"]
     for name, d in result["datasets"].items():
@@ -191,16 +264,23 @@ def plot(result: dict[str, Any], path: Path) -> None:
     from recsys.io import atomic_savefig
 
     names = list(result["datasets"])
-    fig, axes = plt.subplots(1, len(names), figsize=(4.2 * len(names), 3.6), squeeze=False)
+    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 3.8), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         s = result["datasets"][name]["summary"]
-        xs = [s[p]["embedding_bytes"] / 1e6 for p in PRECISIONS]
+        techniques = [k for k in s if k != "chosen_on_validation"]
         for split, marker in (("test_auc", "o"), ("val_auc", "s")):
-            ys = [s[p][split]["mean"] for p in PRECISIONS]
-            es = [s[p][split]["se"] for p in PRECISIONS]
-            ax.errorbar(xs, ys, yerr=es, marker=marker, label=split.replace("_", " "), capsize=2)
-        for p, x, y in zip(PRECISIONS, xs, [s[p]["test_auc"]["mean"] for p in PRECISIONS], strict=True):
-            ax.annotate(p, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=8)
+            pts = sorted((s[t]["embedding_bytes"] / 1e6, s[t][split]["mean"], s[t][split]["se"], t) for t in techniques)
+            ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker=marker, ls="none",
+                        label=split.replace("_", " "), capsize=2)
+            if split == "test_auc":
+                front, best = [], -1.0
+                for x, y, _, _ in pts:  # the bytes-AUC frontier: no cheaper point is better
+                    if y > best:
+                        front.append((x, y))
+                        best = y
+                ax.plot([p[0] for p in front], [p[1] for p in front], lw=1, alpha=0.6)
+                for x, y, _, t in pts:
+                    ax.annotate(t, (x, y), textcoords="offset points", xytext=(3, 3), fontsize=7)
         ax.set_xscale("log")
         ax.set_xlabel("embedding MB")
         ax.set_ylabel("AUC")
@@ -216,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--datasets", default=",".join(CONFIGS), help=f"comma-separated, of {list(CONFIGS)}")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--tolerance", type=float, default=0.001, help="validation AUC a cheaper precision may lose")
+    parser.add_argument("--techniques", default=",".join(TECHNIQUES), help=f"comma-separated, of {list(TECHNIQUES)}")
     parser.add_argument("--quick", action="store_true", help="one epoch per fit (a smoke run, not a result)")
     parser.add_argument("--override", action="append", default=[],
                         help="a `salience fit` argument applied to every fit, e.g. --override=--data.batch_size=512")
@@ -225,6 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
         parser.error(f"--datasets: unknown {unknown}; choose from {list(CONFIGS)}")
+    techniques = tuple(t.strip() for t in args.techniques.split(",") if t.strip())
+    if "fp32" not in techniques or set(techniques) - set(TECHNIQUES):
+        parser.error(f"--techniques: include fp32 (the reference) and choose from {list(TECHNIQUES)}")
 
     from recsys.io import atomic_write_json, atomic_write_text
 
@@ -235,12 +319,12 @@ def main(argv: list[str] | None = None) -> int:
             runs = []
             for seed in range(args.seeds):
                 with tempfile.TemporaryDirectory(dir=work) as tmp:
-                    runs.append(measure_seed(CONFIGS[name], seed, args.quick, Path(tmp), tuple(args.override)))
+                    runs.append(measure_seed(CONFIGS[name], seed, args.quick, Path(tmp), tuple(args.override), techniques))
                 print(f"{name} seed {seed}: " + ", ".join(
-                    f"{p} test AUC {runs[-1]['precisions'][p]['test']['auc']:.4f}" for p in PRECISIONS), flush=True)
+                    f"{t} test AUC {runs[-1]['techniques'][t]['test']['auc']:.4f}" for t in techniques), flush=True)
             summary = summarize(runs, args.tolerance)
             result["datasets"][name] = {"config": CONFIGS[name], "runs": runs, "summary": summary,
-                                        "verdicts": verdicts(summary)}
+                                        "verdicts": verdicts(summary, runs)}
     out = args.output_dir.resolve()
     out.mkdir(parents=True, exist_ok=True)
     atomic_write_json(out / "compress.json", result, default=str)

@@ -40,7 +40,7 @@ def load(export_dir: str | Path = HERE) -> tuple[torch.jit.ScriptModule, dict[st
 
 def check_kernels(schema: dict[str, Any], export_dir: str | Path = HERE) -> None:
     """Refuse, with the reason, an export whose quantized tables this fbgemm_gpu cannot run."""
-    tables = ((schema.get("metadata") or {}).get("embedding_precision") or {}).get("tables") or {}
+    tables = (schema.get("embedding_precision") or {}).get("tables") or {}
     low = sorted({p for p in tables.values() if p != "fp32"})
     if low and not hasattr(torch.ops.fbgemm, "int_nbit_split_embedding_codegen_lookup_function"):
         raise RuntimeError(

@@ -320,7 +320,8 @@ def _trained_kernel(model: nn.Module) -> str:
     return EmbeddingKernel.PLAIN.value  # other ranking modules hold no fused part (checked)
 
 
-def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: dict[str, Any]) -> dict[str, Any]:
+def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: dict[str, Any],
+                 precision: dict[str, Any]) -> dict[str, Any]:
     return {
         **export_header(EXPORT_FORMAT, model),
         "trained_kernel": _trained_kernel(model),
@@ -333,6 +334,7 @@ def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: 
         "hashing": {f.name: {"hash_size": f.hash_size, "rule": HASH_RULE} for f in schema.sparse if f.hash_size},
         "dense_stats": {f.name: list(pre.dense_stats[f.name]) for f in schema.dense},
         "dense_rule": "missing/NaN/inf -> fill_value; log1p: log1p(max(x, 0)); standardize: (x - mean) / std",
+        "embedding_precision": precision,
         "serving_signature": {
             "forward": "forward(values: List[Tensor], lengths: List[Tensor], dense: Tensor) -> Tensor",
             "values": "per sparse feature in sparse_features order: flat int64 ids",
@@ -374,7 +376,8 @@ def export_model(
             (as trained), ``fp16``, ``int8`` or ``int4``, optionally with per-feature overrides
             (``"int8,C3=int4"``). A lower precision exports the quantized model and checks the
             scripted module against the eager *quantized* one (same kernels: ``PARITY_ATOL``);
-            ``schema.json`` records the precision and the embedding bytes of both.
+            ``schema.json`` records it (``embedding_precision``: each table's precision, the
+            embedding bytes and their fp32 bytes).
 
     Returns:
         ExportResult with the paths and the export-time parity.
@@ -391,15 +394,15 @@ def export_model(
     plain = to_plain_kernel(cast(RankingModel, model)) if ranking else model
     device = model_device(model)
     cpu_model = plain if device.type == "cpu" else (copy.deepcopy(plain) if plain is model else plain).cpu()
-    metadata = dict(metadata or {})
     reference = model  # what the scripted module must reproduce
+    record: dict[str, Any] = {"tables": {}, "bytes": 0, "fp32_bytes": 0}
     if ranking:
-        cpu_model, metadata["embedding_precision"] = _quantized(cast(RankingModel, cpu_model), precision)
+        cpu_model, record = _quantized(cast(RankingModel, cpu_model), precision)
         if cpu_model is not plain:  # the eager quantized model, on the CPU
             reference, device = cpu_model, torch.device("cpu")
     elif precision != "fp32":
         raise ValueError(f"precision={precision!r} needs a RankingModel (its sparse arch holds the tables)")
-    info = _schema_json(model, preprocessor, schema, metadata)
+    info = _schema_json(model, preprocessor, schema, dict(metadata or {}), record)
     info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
     with eval_mode(model, reference, cpu_model):
         scripted = torch.jit.script(ServingModule(cpu_model, **serving_args))

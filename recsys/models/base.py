@@ -21,6 +21,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.schema import Schema
 from recsys.models.blocked import BLOCKS_KEY, Block, BlockRouter, block_key, check_blocks
+from recsys.models.rows import ROWS_KEY, RowScheme, check_row_schemes, qr_key
 from recsys.models.seam import IdentitySeam, SeamTransform
 
 if TYPE_CHECKING:
@@ -64,6 +65,9 @@ class SparseArchConfig:
             the end of the table): one table per (feature, contiguous id range), see
             :mod:`recsys.models.blocked`. The widest block must be the feature's embedding dim.
         blocks_key: the config key errors about ``blocks`` name.
+        rows: row schemes, feature -> ``{scheme: qr, buckets: m, combine: sum|product|concat}``
+            or ``{scheme: hash, rows: R}``: fewer rows than ids (see :mod:`recsys.models.rows`).
+        rows_key: the config key errors about ``rows`` name.
     """
 
     kernel: EmbeddingKernel = EmbeddingKernel.PLAIN
@@ -73,6 +77,8 @@ class SparseArchConfig:
     extra: dict[str, Any] = field(default_factory=dict)
     blocks: dict[str, Any] | None = None
     blocks_key: str = BLOCKS_KEY
+    rows: dict[str, Any] | None = None
+    rows_key: str = ROWS_KEY
 
     def __post_init__(self) -> None:
         if self.pooling not in get_args(Pooling):
@@ -80,18 +86,31 @@ class SparseArchConfig:
 
 
 def table_configs(
-    schema: Schema, pooling: Pooling = "sum", blocks: dict[str, tuple[Block, ...]] | None = None
+    schema: Schema, pooling: Pooling = "sum", blocks: dict[str, tuple[Block, ...]] | None = None,
+    rows: Mapping[str, RowScheme] | None = None,
 ) -> list[EmbeddingBagConfig]:
     """One ``EmbeddingBagConfig`` per sparse feature (table ``t_<name>``), or per (feature,
     frequency block) for the features in ``blocks`` (table ``t_<name>@<b>``, sum-pooled: the
-    blocked lookup divides by the row length itself under mean pooling)."""
+    blocked lookup divides by the row length itself under mean pooling); a feature with a row
+    scheme in ``rows`` gets its quotient and remainder tables (``t_<name>@q``, ``t_<name>@r``)
+    or its hashed table (``t_<name>``, fewer rows)."""
     if not schema.is_fitted:
         raise ValueError("the schema must be fitted (num_embeddings known): use Preprocessor.fitted_schema")
     pool = PoolingType.MEAN if pooling == "mean" else PoolingType.SUM
     blocks = blocks or {}
+    rows = rows or {}
     out: list[EmbeddingBagConfig] = []
     for f in schema.sparse:
-        if f.name in blocks:
+        scheme = rows.get(f.name)
+        if scheme is not None:
+            n_rows = scheme.table_rows(int(f.num_embeddings or 0))
+            names = [qr_key(f.name, "q"), qr_key(f.name, "r")] if scheme.scheme == "qr" else [f.name]
+            out.extend(
+                EmbeddingBagConfig(name=f"t_{key}", embedding_dim=scheme.table_dim(f.embedding_dim), num_embeddings=n,
+                                   feature_names=[key], pooling=pool)
+                for key, n in zip(names, n_rows, strict=True)
+            )
+        elif f.name in blocks:
             out.extend(
                 EmbeddingBagConfig(
                     name=SparseArch.table_name(f.name, i),
@@ -131,7 +150,7 @@ def _zero_oov_rows(ebc: EmbeddingBagCollection) -> EmbeddingBagCollection:
 
 def table_configs_for(arch: SparseArch) -> list[EmbeddingBagConfig]:
     """The table configs a built :class:`SparseArch` holds."""
-    return table_configs(arch.schema, arch.config.pooling, arch.blocks)
+    return table_configs(arch.schema, arch.config.pooling, arch.blocks, arch.rows)
 
 
 class SparseArch(nn.Module):
@@ -156,13 +175,17 @@ class SparseArch(nn.Module):
         self.config = config
         fused = self.kernel is EmbeddingKernel.FUSED
         blocks = check_blocks(config.blocks, schema, key=config.blocks_key, align=4 if fused else 1)
-        tables = table_configs(schema, config.pooling, blocks)
+        #: row schemes, feature -> RowScheme (quotient-remainder or hashed tables)
+        self.rows: dict[str, RowScheme] = check_row_schemes(
+            config.rows, schema, key=config.rows_key, align=4 if fused else 1, blocked=tuple(blocks))
+        tables = table_configs(schema, config.pooling, blocks, self.rows)
         self.schema = schema
         self.feature_names: list[str] = schema.sparse_names
         #: resolved frequency blocks, feature -> ((start, stop, dim), ...) (empty: one table each)
         self.blocks: dict[str, tuple[Block, ...]] = blocks
         self.router = BlockRouter(
-            self.feature_names, blocks, {f.name: f.embedding_dim for f in schema.sparse}, mean=config.pooling == "mean"
+            self.feature_names, blocks, {f.name: f.embedding_dim for f in schema.sparse}, mean=config.pooling == "mean",
+            rows=self.rows,
         )
         self.embedding_bag_collection: nn.Module
         if fused:
@@ -271,6 +294,9 @@ class SparseArch(nn.Module):
             )
         if feature not in self.feature_names:
             raise ValueError(f"no embedding table for {feature!r}; the sparse features are {self.feature_names}")
+        if feature in self.rows and self.rows[feature].scheme == "qr":
+            raise ValueError(f"{feature!r} is stored as quotient and remainder tables (t_{feature}@q, t_{feature}@r), "
+                             "not one table")
         n_blocks = len(self.blocks.get(feature, ()))
         if block is None and n_blocks:
             raise ValueError(f"{feature!r} is split into {n_blocks} frequency blocks: pass block=0..{n_blocks - 1}")

@@ -26,6 +26,7 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.schema import Schema
+from recsys.models.rows import HASH_MULTIPLIER, RowScheme, qr_key
 
 __all__ = ["BLOCKS_KEY", "Block", "BlockRouter", "block_key", "check_blocks"]
 
@@ -168,18 +169,31 @@ class BlockRouter(nn.Module):
         "starts": Dict[str, List[int]],  # noqa: UP006
         "block_keys": Dict[str, List[str]],  # noqa: UP006
         "widths": Dict[str, int],  # noqa: UP006
+        "qr_buckets": Dict[str, int],  # noqa: UP006
+        "qr_combine": Dict[str, int],  # noqa: UP006
+        "hash_rows": Dict[str, int],  # noqa: UP006
     }
 
     def __init__(
-        self, feature_names: list[str], blocks: Mapping[str, Sequence[Block]], widths: Mapping[str, int], mean: bool = False
+        self, feature_names: list[str], blocks: Mapping[str, Sequence[Block]], widths: Mapping[str, int], mean: bool = False,
+        rows: Mapping[str, RowScheme] | None = None,
     ) -> None:
         super().__init__()
+        rows = rows or {}
         self.feature_names = list(feature_names)
         self.starts = {n: [int(b[0]) for b in blocks[n]] for n in self.feature_names if n in blocks}
         self.block_keys = {n: [block_key(n, i) for i in range(len(blocks[n]))] for n in self.feature_names if n in blocks}
         self.widths = {n: int(widths[n]) for n in self.feature_names if n in blocks}
-        self.table_keys = [k for n in self.feature_names for k in self.block_keys.get(n, [n])]
-        self.is_blocked = bool(self.starts)
+        # row schemes (recsys.models.rows): quotient-remainder pairs and hashed features
+        self.qr_buckets = {n: r.buckets for n, r in rows.items() if r.scheme == "qr"}
+        self.qr_combine = {n: r.combine_code for n, r in rows.items() if r.scheme == "qr"}
+        self.hash_rows = {n: r.rows for n, r in rows.items() if r.scheme == "hash"}
+        self.hash_multiplier = HASH_MULTIPLIER  # an attribute: TorchScript reads no module globals
+        self.table_keys = [
+            k for n in self.feature_names
+            for k in self.block_keys.get(n, [qr_key(n, "q"), qr_key(n, "r")] if n in self.qr_buckets else [n])
+        ]
+        self.is_blocked = bool(self.starts) or bool(self.qr_buckets) or bool(self.hash_rows)  # split() reroutes ids
         self.mean = bool(mean)
 
     def split(self, kjt: KeyedJaggedTensor) -> Tuple[KeyedJaggedTensor, Dict[str, torch.Tensor]]:  # noqa: UP006
@@ -193,7 +207,18 @@ class BlockRouter(nn.Module):
             jt = jts[name]
             v = jt.values()
             ln = jt.lengths()
-            if name in self.starts:
+            if name in self.qr_buckets:
+                m = self.qr_buckets[name]
+                values.append(torch.div(v, m, rounding_mode="floor"))
+                values.append(torch.remainder(v, m))
+                lengths.append(ln)
+                lengths.append(ln)
+            elif name in self.hash_rows:
+                r = self.hash_rows[name]
+                hashed = 1 + torch.remainder(v * self.hash_multiplier, r - 1)
+                values.append(torch.where(v == 0, torch.zeros_like(v), hashed))
+                lengths.append(ln)
+            elif name in self.starts:
                 starts = self.starts[name]
                 batch = ln.numel()
                 rows = torch.repeat_interleave(torch.arange(batch, device=v.device), ln.long())
@@ -225,6 +250,11 @@ class BlockRouter(nn.Module):
                 if self.mean:
                     acc = acc / totals[name].clamp(min=1).to(acc.dtype).unsqueeze(1)
                 out[name] = acc
+            elif name in self.qr_combine:
+                q = pooled[qr_key(name, "q")]
+                r = pooled[qr_key(name, "r")]
+                combine = self.qr_combine[name]
+                out[name] = q + r if combine == 0 else (q * r if combine == 1 else torch.cat([q, r], dim=1))
             else:
                 out[name] = pooled[name]
         return out

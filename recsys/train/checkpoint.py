@@ -115,7 +115,7 @@ def export_checkpoint(
     loaded = load_checkpoint(checkpoint)
     metadata = {"checkpoint": str(checkpoint), "arch": type(loaded.model).__name__.lower()}
     result = export_model(loaded.model, loaded.preprocessor, output_dir, metadata=metadata, precision=precision)
-    record = read_export_schema(result.output_dir)["metadata"].get("embedding_precision", {})
+    record = read_export_schema(result.output_dir).get("embedding_precision", {})
     served = quantize_model(to_plain_kernel(loaded.model), record["tables"]) if record.get("tables") else loaded.model
     report: dict[str, Any] = {"output_dir": str(output_dir), "parity_max_abs_diff": None, "embedding_precision": record}
     if check_parity:

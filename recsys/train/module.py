@@ -92,6 +92,9 @@ class RankingTask(pl.LightningModule):
             The widest block must equal the feature's ``data.embedding_dims`` entry; the fused
             kernel needs block dims that are multiples of 4. A ``DimensionPlan``'s
             ``to_config_overrides()`` sets both.
+        embedding_rows: fewer rows than ids (:mod:`recsys.models.rows`): feature ->
+            ``{scheme: qr, buckets: M, combine: sum|product|concat}`` (quotient-remainder
+            compositional embeddings) or ``{scheme: hash, rows: R}`` (the hashing trick).
         seam: optional transform at the seam, ``{class_path: selection.LeAPSeam, init_args:
             {...}}``; its parameters get their own optimizer group (learning rate
             ``seam.learning_rate`` when the transform defines one, no weight decay).
@@ -111,6 +114,7 @@ class RankingTask(pl.LightningModule):
         early_stopping_patience: int = 2,
         seam: SeamTransform | None = None,
         embedding_blocks: dict[str, list[list[int | None]]] | None = None,
+        embedding_rows: dict[str, dict[str, Any]] | None = None,
     ) -> None:
         super().__init__()
         if schema is None:
@@ -138,6 +142,8 @@ class RankingTask(pl.LightningModule):
                 fused_lr=fused_lr,
                 blocks=embedding_blocks,
                 blocks_key="model.embedding_blocks",
+                rows=embedding_rows,
+                rows_key="model.embedding_rows",
             ),
         )
         if not isinstance(self.model, RankingModel):

@@ -11,15 +11,19 @@ from experiments.benchmarks import compress
 def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: Path) -> None:
     overrides = ["--override=--data.reader.init_args.n_rows=3000", "--override=--data.batch_size=256",
                  "--override=--model.backbone.init_args.deep_mlp=[16]"]
-    assert compress.main(["--datasets", "synthetic", "--seeds", "2", "--quick", *overrides, "--output-dir", str(tmp_path)]) == 0
+    assert compress.main(["--datasets", "synthetic", "--seeds", "2", "--quick", *overrides, "--output-dir", str(tmp_path),
+                          "--techniques", "fp32,fp16,int8,int4,qr,hash+int8"]) == 0
     result = json.loads((tmp_path / "compress.json").read_text())
     s = result["datasets"]["synthetic"]["summary"]
     assert [s[p]["bytes_ratio"] for p in compress.PRECISIONS][0] == 1.0
     ratios = [s[p]["bytes_ratio"] for p in compress.PRECISIONS]
+    assert s["qr"]["bytes_ratio"] < 0.6 and s["hash+int8"]["bytes_ratio"] < s["qr"]["bytes_ratio"] / 2  # fewer rows, then int8
+    rows = result["datasets"]["synthetic"]["runs"][0]["embedding_rows"]
+    assert rows["qr"] and all(v["scheme"] == "qr" for v in rows["qr"].values()) and set(rows["hash"]) == set(rows["qr"])
     assert ratios == sorted(ratios, reverse=True) and ratios[1] == 0.5  # fp16 is half; int8, int4 smaller still
     assert s["fp32"]["test_auc_change"]["mean"] == 0.0 and s["int4"]["test_auc_change"]["mean"] != 0.0
     runs = result["datasets"]["synthetic"]["runs"]
-    assert all(set(r["precisions"]["int8"]["latency_ms"]) == {"1", "1024"} for r in runs)
-    assert len(s["chosen_on_validation"]["precisions"]) == 2
-    assert "int8_test_auc_within_0.0005" in result["datasets"]["synthetic"]["verdicts"]
+    assert all(set(r["techniques"]["int8"]["latency_ms"]) == {"1", "1024"} for r in runs)
+    assert len(s["chosen_on_validation"]["techniques"]) == 2
+    assert "int8 within 0.0005 test AUC of fp32" in result["datasets"]["synthetic"]["verdicts"]
     assert (tmp_path / "compress.png").stat().st_size > 0 and "| synthetic | int8 |" in (tmp_path / "compress.md").read_text()

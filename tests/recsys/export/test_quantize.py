@@ -121,7 +121,7 @@ def test_exported_quantized_model_matches_the_eager_quantized_one_in_a_fresh_pro
     assert isinstance(eager.sparse_arch.embedding_bag_collection, QuantizedEmbeddingBags)
     batches = [random_batch(schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
     assert check_parity_in_fresh_process(result.output_dir, eager, batches) <= 1e-6
-    record = json.loads(result.schema_path.read_text())["metadata"]["embedding_precision"]
+    record = json.loads(result.schema_path.read_text())["embedding_precision"]
     assert record["tables"]["t_genres"] == "int4" and record["bytes"] < record["fp32_bytes"] / 2
     with torch.no_grad():  # close to the fp32 model, not equal to it
         b = batches[2]
@@ -138,7 +138,7 @@ def test_frequency_blocks_and_mean_pooling_quantize_and_script(preprocessor: Pre
     model = DCNv2(schema, cross_layers=1, deep_mlp=[8], sparse_arch=config).eval()
     result = export_model(model, preprocessor, tmp_path / "b", precision="fp16")
     eager = quantize_model(model, "fp16")
-    tables = json.loads(result.schema_path.read_text())["metadata"]["embedding_precision"]["tables"]
+    tables = json.loads(result.schema_path.read_text())["embedding_precision"]["tables"]
     assert {"t_user@0", "t_user@1"} <= set(tables)
     module = load_exported(result.output_dir)
     batch = random_batch(schema, 50, seed=9)

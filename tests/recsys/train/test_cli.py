@@ -137,7 +137,7 @@ def test_int8_export_matches_the_eager_int8_model_and_reports_the_test_auc_chang
     change = float(re.search(r"\(change ([-+][\d.]+)\)", printed).group(1))
     assert abs(change) < 0.01  # 8-bit rows barely move a trained model's ranking
     schema = __import__("json").loads((out / "schema.json").read_text())
-    assert set(schema["metadata"]["embedding_precision"]["tables"].values()) == {"int8"}
+    assert set(schema["embedding_precision"]["tables"].values()) == {"int8"}
 
 
 def test_same_seed_same_metrics(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
