@@ -9,6 +9,7 @@
     salience pipeline --config experiments/configs/pipeline/frappe.yaml
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
+    salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR
     salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu|pipeline [ARGS]
     salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
@@ -112,6 +113,12 @@ def _gen(argv: Sequence[str]) -> int:
     return gen_main(argv)
 
 
+def _compress(argv: Sequence[str]) -> int:
+    from embeddings.compress import compress_main
+
+    return compress_main(argv)
+
+
 def _pipeline(argv: Sequence[str]) -> int:
     from experiments.pipeline.cli import pipeline_main
 
@@ -137,6 +144,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "rank": (_rank, "rank features by importance (outrank, permutation, leap) and write the report"),
     "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
     "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
+    "compress": (_compress, "per-table embedding precision under one byte budget, chosen on validation, exported"),
     "dims": (_dims, "search embedding dims (uniform, mde, dnis, ihas), retrain, compare with uniform-16"),
     "sid": (_sid, "build semantic IDs (RQ-KMeans, RQ-VAE) for an item catalogue"),
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),

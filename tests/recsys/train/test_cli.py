@@ -119,16 +119,10 @@ def test_export_command_writes_a_serving_folder_that_matches_eager(fitted: tuple
 def test_int8_export_matches_the_eager_int8_model_and_reports_the_test_auc_change(
     fitted: tuple[SalienceCLI, Path], tmp_path: Path, capsys
 ) -> None:
-    import yaml
-
     cli, root = fitted
-    config = yaml.safe_load(CONFIG.read_text())  # the fit's data, as fit_args overrode it
-    config["data"]["reader"]["init_args"].update(n_rows=4000, embedding_dim=8)
-    config["data"].update(batch_size=256, cache_dir=str(root / "cache"))
-    (tmp_path / "fit.yaml").write_text(yaml.safe_dump(config))
     out = tmp_path / "int8"
     assert salience(["export", "--checkpoint", cli.trainer.checkpoint_callback.best_model_path, "--output", str(out),
-                     "--precision", "int8", "--config", str(tmp_path / "fit.yaml")]) == 0
+                     "--precision", "int8", "--config", str(_data_config(root, tmp_path))]) == 0
     printed = capsys.readouterr().out
     # the fresh process runs the same FBGEMM int8 kernel as the eager quantized model
     assert float(re.search(r"max \|eager - exported\| = (\S+)", printed).group(1)) <= 1e-6
@@ -138,6 +132,40 @@ def test_int8_export_matches_the_eager_int8_model_and_reports_the_test_auc_chang
     assert abs(change) < 0.01  # 8-bit rows barely move a trained model's ranking
     schema = __import__("json").loads((out / "schema.json").read_text())
     assert set(schema["embedding_precision"]["tables"].values()) == {"int8"}
+
+
+def _data_config(root: Path, tmp_path: Path) -> Path:
+    """The fitted fixture's config with its data overrides written in (what --config reads)."""
+    import yaml
+
+    config = yaml.safe_load(CONFIG.read_text())
+    config["data"]["reader"]["init_args"].update(n_rows=4000, embedding_dim=8)
+    config["data"].update(batch_size=256, cache_dir=str(root / "cache"))
+    path = tmp_path / "fit.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_compress_fits_the_budget_exports_the_plan_and_refuses_an_impossible_one(
+    fitted: tuple[SalienceCLI, Path], tmp_path: Path, capsys
+) -> None:
+    import json
+
+    cli, root = fitted
+    ckpt, config = cli.trainer.checkpoint_callback.best_model_path, str(_data_config(root, tmp_path))
+    out = tmp_path / "c"
+    # dim 8: fp32 32 bytes a row, fp16 16, int8 12, int4 8; uniform-16 fp32 is 64 bytes a row
+    assert salience(["compress", "--checkpoint", ckpt, "--config", config, "--budget", "0.2x", "--output", str(out)]) == 0
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["bytes"] <= plan["budget_bytes"] == int(0.2 * plan["uniform16_fp32_bytes"])
+    assert {"int8", "int4"} & set(plan["tables"].values()) and plan["trace"]  # small tables may stay wide
+    assert abs(plan["test"]["auc_change"]) < 0.05 and plan["parity_max_abs_diff"] <= 1e-6
+    exported = json.loads((out / "export" / "schema.json").read_text())["embedding_precision"]
+    assert exported["tables"] == plan["tables"] and exported["bytes"] == plan["bytes"]
+    assert "test AUC" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        salience(["compress", "--checkpoint", ckpt, "--config", config, "--budget", "0.01x", "--output", str(tmp_path / "x")])
+    assert "below the smallest model these tables allow" in capsys.readouterr().err
 
 
 def test_same_seed_same_metrics(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

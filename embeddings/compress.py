@@ -1,0 +1,212 @@
+"""``salience compress``: per-table precision under one byte budget, chosen on validation.
+
+    salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR   # 0.1 x the uniform-16 fp32 bytes
+    salience compress --checkpoint CKPT --config CFG --budget 2MB --output DIR
+
+The trained model's tables start at fp32. A lazy greedy search lowers one table one precision
+step at a time (fp32 -> fp16 -> int8 -> int4, as far as the table's dim allows; see
+:mod:`recsys.export.quantize`), always the step that loses the least validation AUC per byte
+saved, until the embedding bytes fit the budget. Each candidate step is scored once by one
+validation pass of the model with that table quantized (the others as chosen so far) and
+rescored only when its table changed (a table's loss barely depends on the others' precision),
+plus one pass after each step for the exact validation AUC of the plan so far: about six
+validation passes per table in all. The test split is read once, for the fp32 model and the chosen plan. Writes
+``plan.json`` (precision and bytes per table, the search trace, validation and test AUC of both)
+and the quantized export (with its fresh-process parity check) under ``DIR/export``.
+
+The budget is a fraction ``Nx`` of the uniform-16 fp32 embedding bytes (every sparse feature
+at dim 16, 4 bytes a value: the reference issue 19 sizes against) or an absolute size in
+``KB``/``MB``/``GB``. Row schemes (quotient-remainder, hashing) and dims are set in the config
+the checkpoint was trained with (``model.embedding_rows``, ``data.embedding_dims``); the search
+does not retrain.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recsys.data.schema import Schema
+from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan, embedding_bytes
+from recsys.models.base import RankingModel, SparseArch, table_configs_for
+
+__all__ = ["CompressResult", "compress_main", "parse_budget", "search_precisions", "uniform_bytes"]
+
+#: the precisions a table steps down through
+LADDER = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT4)
+_UNITS = {"kb": 1e3, "mb": 1e6, "gb": 1e9}
+
+
+def uniform_bytes(schema: Schema, dim: int = 16) -> int:
+    """fp32 bytes of every sparse feature's full table at ``dim``: the budget's reference."""
+    return sum(int(f.num_embeddings or 0) * dim * 4 for f in schema.sparse)
+
+
+def parse_budget(text: str, reference: int) -> int:
+    """``"0.1x"`` (of ``reference`` bytes) or ``"2MB"`` / ``"500KB"`` / ``"1.5GB"`` -> bytes."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(x|kb|mb|gb)\s*", text.lower())
+    if m is None:
+        raise ValueError(f"--budget {text!r}: expected a fraction of the uniform-16 fp32 bytes like 0.1x, or 2MB / 500KB")
+    value, unit = float(m.group(1)), m.group(2)
+    out = value * reference if unit == "x" else value * _UNITS[unit]
+    if out <= 0:
+        raise ValueError(f"--budget {text!r}: must be positive")
+    return int(out)
+
+
+def _steps(dim: int) -> list[Precision]:
+    """The precisions a table of ``dim`` can step through, each storing a row in fewer bytes
+    (int8's scale and bias make a dim-4 row as large as fp16's: that step is skipped)."""
+    out: list[Precision] = []
+    for p in LADDER:
+        if dim % p.dim_multiple == 0 and (not out or p.row_bytes(dim) < out[-1].row_bytes(dim)):
+            out.append(p)
+    return out
+
+
+@dataclass
+class CompressResult:
+    """The chosen plan and how it was found."""
+
+    plan: PrecisionPlan
+    bytes: int
+    fp32_bytes: int
+    budget: int
+    val_auc: float
+    fp32_val_auc: float
+    trace: list[dict[str, Any]] = field(default_factory=list)
+    evaluations: int = 0
+
+
+def search_precisions(arch: SparseArch, budget: int, score: Callable[[PrecisionPlan], float]) -> CompressResult:
+    """The lazy greedy search of the module docstring.
+
+    Args:
+        arch: the trained model's sparse arch (plain kernel).
+        budget: embedding bytes to fit under.
+        score: validation AUC of the model at a plan (higher is better).
+
+    Raises:
+        PrecisionError: the budget is below the smallest plan the tables allow (the message
+            says that minimum).
+    """
+    dims = {c.name: c.embedding_dim for c in table_configs_for(arch)}
+    ladders = {t: _steps(d) for t, d in dims.items()}
+    lowest = PrecisionPlan({t: steps[-1] for t, steps in ladders.items()})
+    minimum = embedding_bytes(arch, lowest)
+    if budget < minimum:
+        raise PrecisionError(
+            f"budget {budget:,} bytes is below the smallest model these tables allow: {minimum:,} bytes "
+            f"({minimum / 1e6:.3f} MB, every table at its lowest precision); raise --budget or shrink the tables "
+            "(fewer rows: model.embedding_rows, or smaller dims)"
+        )
+    current = {t: Precision.FP32 for t in dims}
+    fp32 = PrecisionPlan(dict(current))
+    total = embedding_bytes(arch, fp32)
+    base = score(fp32)
+    result = CompressResult(fp32, total, total, budget, base, base, evaluations=1)
+    auc = base
+    cache: dict[str, tuple[float, int]] = {}  # table -> (validation AUC lost by its next step, bytes saved)
+    while total > budget:
+        for t in dims:
+            ladder = ladders[t]
+            i = ladder.index(current[t])
+            if i + 1 == len(ladder) or t in cache:
+                continue
+            trial = PrecisionPlan({**current, t: ladder[i + 1]})
+            cache[t] = (auc - score(trial), total - embedding_bytes(arch, trial))
+            result.evaluations += 1
+        if not cache:
+            break
+        t = min(cache, key=lambda k: cache[k][0] / max(cache[k][1], 1))
+        _, saved = cache.pop(t)  # the others keep their scores: a table's loss barely depends on the rest
+        ladder = ladders[t]
+        current[t] = ladder[ladder.index(current[t]) + 1]
+        total -= saved
+        auc = score(PrecisionPlan(dict(current)))
+        result.evaluations += 1
+        result.trace.append({"table": t, "precision": current[t].value, "bytes": total, "val_auc": auc})
+    result.plan, result.bytes, result.val_auc = PrecisionPlan(dict(current)), total, auc
+    return result
+
+
+def compress_main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="salience compress", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint", required=True, help="a `salience fit` checkpoint")
+    parser.add_argument("--config", required=True, help="the fit config it was trained with (its validation and test splits)")
+    parser.add_argument("--budget", required=True, help="0.1x (of the uniform-16 fp32 embedding bytes) or 2MB")
+    parser.add_argument("--output", required=True, help="folder for plan.json and the export")
+    parser.add_argument("--no-parity", action="store_true", help="skip the export's fresh-process parity check")
+    args = parser.parse_args(argv)
+
+    from recsys.export import check_parity_in_fresh_process, export_model, to_plain_kernel
+    from recsys.export.quantize import quantize_model
+    from recsys.io import atomic_write_json
+    from recsys.train.checkpoint import load_checkpoint
+    from recsys.train.evaluation import evaluate
+    from recsys.train.recipe import Recipe
+
+    loaded = load_checkpoint(args.checkpoint)
+    model: RankingModel = to_plain_kernel(loaded.model.eval())
+    arch = model.sparse_arch
+    if not isinstance(arch, SparseArch):
+        parser.error(f"{args.checkpoint}: the model has no embedding tables to compress")
+    schema = loaded.preprocessor.fitted_schema
+    reference = uniform_bytes(schema)
+    try:
+        budget = parse_budget(args.budget, reference)
+    except ValueError as e:
+        parser.error(str(e))
+    dm = Recipe(args.config, quiet=True).datamodule
+    val, test = dm.split_data("val"), dm.split_data("test")
+    if val is None or test is None:
+        parser.error(f"{args.config}: compress chooses on the validation split and reports the test split; the config lacks one")
+
+    def score(plan: PrecisionPlan) -> float:
+        return evaluate(quantize_model(model, plan), val)["auc"]
+
+    start = time.perf_counter()
+    try:
+        result = search_precisions(arch, budget, score)
+    except PrecisionError as e:
+        parser.error(str(e))
+    chosen = quantize_model(model, result.plan)
+    test_fp32, test_plan = evaluate(model, test), evaluate(chosen, test)  # the test split, read once per model
+    out = Path(args.output)
+    export = export_model(model, loaded.preprocessor, out / "export", precision=result.plan.to_dict(),
+                          metadata={"checkpoint": str(args.checkpoint), "budget": args.budget})
+    parity = None
+    if not args.no_parity:
+        from recsys.data.batching import random_batch
+
+        batches = [random_batch(schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
+        parity = check_parity_in_fresh_process(export.output_dir, chosen, batches)
+    record = {
+        "budget": args.budget, "budget_bytes": budget, "uniform16_fp32_bytes": reference,
+        "bytes": result.bytes, "fp32_bytes": result.fp32_bytes,
+        "bytes_vs_uniform16": result.bytes / max(reference, 1),
+        "tables": result.plan.to_dict(),
+        "val": {"fp32_auc": result.fp32_val_auc, "plan_auc": result.val_auc},
+        "test": {"fp32": test_fp32, "plan": test_plan, "auc_change": test_plan["auc"] - test_fp32["auc"]},
+        "trace": result.trace, "validation_passes": result.evaluations,
+        "seconds": round(time.perf_counter() - start, 1), "export": str(export.output_dir), "parity_max_abs_diff": parity,
+    }
+    atomic_write_json(out / "plan.json", record)
+    counts: dict[str, int] = {}
+    for p in result.plan.tables.values():
+        counts[p.value] = counts.get(p.value, 0) + 1
+    print(f"budget {budget:,} bytes ({args.budget}); chose {', '.join(f'{n} x {p}' for p, n in counts.items())}: "
+          f"{result.bytes:,} bytes = {result.bytes / max(result.fp32_bytes, 1):.3f}x of fp32, "
+          f"{result.bytes / max(reference, 1):.3f}x of uniform-16 ({result.evaluations} validation passes)")
+    print(f"validation AUC {result.val_auc:.5f} vs fp32 {result.fp32_val_auc:.5f}; "
+          f"test AUC {test_plan['auc']:.5f} vs fp32 {test_fp32['auc']:.5f} (change {test_plan['auc'] - test_fp32['auc']:+.5f})")
+    if parity is not None:
+        print(f"parity (fresh process): max |eager - exported| = {parity:.2e}")
+    print(f"plan: {out / 'plan.json'}; export: {export.output_dir}")
+    return 0
