@@ -96,11 +96,9 @@ def check_row_schemes(
     """
     if not raw:
         return {}
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{key} must map feature -> {{scheme: qr|hash, ...}}, got {raw!r}")
-    if not schema.is_fitted:
-        raise ValueError(f"{key}: the schema must be fitted (id counts known)")
-    sparse = {f.name: f for f in schema.sparse}
+    from recsys.models.blocked import sparse_specs_for  # blocked imports this module at import time
+
+    sparse = sparse_specs_for(raw, schema, key, "{scheme: qr|hash, ...}")
     out: dict[str, RowScheme] = {}
     for name, item in raw.items():
         where = f"{key}.{name}"
