@@ -325,6 +325,34 @@ def _trained_kernel(model: nn.Module) -> str:
     return EmbeddingKernel.PLAIN.value  # other ranking modules hold no fused part (checked)
 
 
+#: where a vocabulary's JSON list goes in ``schema.json``'s text (see :func:`_schema_text`)
+_VOCAB_MARK = "@@salience-vocabulary-{}@@"
+_VOCAB_CHUNK = 1 << 16
+
+
+def _tokens_json(tokens: Any) -> str:
+    """A vocabulary's tokens as a JSON list, built chunk by chunk from its Arrow array: a Python
+    string exists for one chunk of tokens at a time, not for all of them (9.25M tokens at the
+    45M-row scale benchmark held ~0.6 GB as Python strings)."""
+    arrow = tokens.arrow
+    parts = [json.dumps(arrow.slice(i, _VOCAB_CHUNK).to_pylist(), ensure_ascii=False)[1:-1]
+             for i in range(0, len(arrow), _VOCAB_CHUNK)]
+    return "[" + ", ".join(p for p in parts if p) + "]"
+
+
+def _schema_text(info: dict[str, Any], pre: Preprocessor, schema: Schema) -> str:
+    """``schema.json``'s text: ``info`` (its vocabularies as marks) with each mark replaced by
+    the vocabulary's JSON list."""
+    text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
+    for i, f in enumerate(schema.sparse):
+        if f.hash_size is None:
+            mark = json.dumps(_VOCAB_MARK.format(i))
+            if text.count(mark) != 1:
+                raise ExportError(f"schema.json: the vocabulary mark of {f.name!r} is not unique in the text")
+            text = text.replace(mark, _tokens_json(pre.vocabularies[f.name].tokens))
+    return text
+
+
 def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: dict[str, Any],
                  precision: dict[str, Any]) -> dict[str, Any]:
     return {
@@ -334,7 +362,7 @@ def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: 
         "sparse_features": schema.sparse_names,
         "dense_features": schema.dense_names,
         "schema": schema.to_dict(),
-        "vocabularies": {f.name: list(pre.vocabularies[f.name].tokens) for f in schema.sparse if f.hash_size is None},
+        "vocabularies": {f.name: _VOCAB_MARK.format(i) for i, f in enumerate(schema.sparse) if f.hash_size is None},
         "vocabulary_rule": "id = 1 + index in the token list (descending training frequency); 0 = out of vocabulary",
         "hashing": {f.name: {"hash_size": f.hash_size, "rule": HASH_RULE} for f in schema.sparse if f.hash_size},
         "dense_stats": {f.name: list(pre.dense_stats[f.name]) for f in schema.dense},
@@ -408,7 +436,7 @@ def export_model(
     elif precision != "fp32":
         raise ValueError(f"precision={precision!r} needs a RankingModel (its sparse arch holds the tables)")
     info = _schema_json(model, preprocessor, schema, dict(metadata or {}), record)
-    info_text = json.dumps(info, indent=1, ensure_ascii=False) + "\n"
+    info_text = _schema_text(info, preprocessor, schema)
     with eval_mode(model, reference, cpu_model):
         scripted = torch.jit.script(ServingModule(cpu_model, **serving_args))
         diff = 0.0
