@@ -49,9 +49,16 @@ def _export(argv: Sequence[str]) -> int:
     from recsys.export.quantize import PrecisionError
     from recsys.train.checkpoint import export_checkpoint
 
+    test = None
+    if args.config is not None and args.precision != "fp32":
+        from recsys.train.recipe import Recipe
+
+        test = Recipe(args.config, quiet=True).datamodule.split_data("test")
+        if test is None:
+            parser.error(f"--config {args.config}: no test split to report the precision's AUC change on")
     try:
         report = export_checkpoint(args.checkpoint, args.output, check_parity=not args.no_parity,
-                                   precision=args.precision, config=args.config)
+                                   precision=args.precision, test=test)
     except PrecisionError as e:
         parser.error(str(e))
     print(f"exported {args.checkpoint} -> {args.output}")

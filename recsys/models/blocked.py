@@ -25,10 +25,10 @@ import torch
 from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from recsys.data.schema import FeatureSpec, Schema
-from recsys.models.rows import HASH_MULTIPLIER, RowScheme, qr_key
+from recsys.data.schema import Schema
+from recsys.models.rows import HASH_MULTIPLIER, RowScheme, qr_key, sparse_specs_for
 
-__all__ = ["BLOCKS_KEY", "Block", "BlockRouter", "block_key", "check_blocks", "sparse_specs_for"]
+__all__ = ["BLOCKS_KEY", "Block", "BlockRouter", "block_key", "check_blocks"]
 
 #: the config key the errors name (``salience fit --model.embedding_blocks=...``)
 BLOCKS_KEY = "model.embedding_blocks"
@@ -60,16 +60,6 @@ def _int(value: Any, what: str, where: str) -> int:
             return int(value)
         raise ValueError(f"{where}: {what} must be an integer, got {value!r}")
     return int(value)
-
-
-def sparse_specs_for(raw: Any, schema: Schema, key: str, form: str) -> dict[str, FeatureSpec]:
-    """The checks every per-feature table setting (``key``: feature -> ``form``) shares: a
-    mapping, over a fitted schema (table sizes known); returns the sparse specs by name."""
-    if not isinstance(raw, Mapping):
-        raise ValueError(f"{key} must map feature -> {form}, got {raw!r}")
-    if not schema.is_fitted:
-        raise ValueError(f"{key}: the schema must be fitted (table sizes known)")
-    return {f.name: f for f in schema.sparse}
 
 
 def check_blocks(

@@ -30,9 +30,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from recsys.data.schema import FeatureKind, Schema
+from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
-__all__ = ["ROWS_KEY", "HASH_MULTIPLIER", "Combine", "RowScheme", "check_row_schemes", "qr_key"]
+__all__ = ["HASH_MULTIPLIER", "ROWS_KEY", "Combine", "RowScheme", "check_row_schemes", "qr_key", "sparse_specs_for"]
 
 #: the config key the errors name
 ROWS_KEY = "model.embedding_rows"
@@ -70,6 +70,17 @@ class RowScheme:
         return list(get_args(Combine)).index(self.combine)
 
 
+def sparse_specs_for(raw: Any, schema: Schema, key: str, form: str) -> dict[str, FeatureSpec]:
+    """The checks every per-feature table setting (``key``: feature -> ``form``; row schemes
+    here, frequency blocks in :mod:`recsys.models.blocked`) shares: a mapping, over a fitted
+    schema (table sizes known); returns the sparse specs by name."""
+    if not isinstance(raw, Mapping):
+        raise ValueError(f"{key} must map feature -> {form}, got {raw!r}")
+    if not schema.is_fitted:
+        raise ValueError(f"{key}: the schema must be fitted (table sizes known)")
+    return {f.name: f for f in schema.sparse}
+
+
 def _positive(value: Any, what: str, where: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 2:
         raise ValueError(f"{where}: {what} must be an integer >= 2, got {value!r}")
@@ -96,8 +107,6 @@ def check_row_schemes(
     """
     if not raw:
         return {}
-    from recsys.models.blocked import sparse_specs_for  # blocked imports this module at import time
-
     sparse = sparse_specs_for(raw, schema, key, "{scheme: qr|hash, ...}")
     out: dict[str, RowScheme] = {}
     for name, item in raw.items():

@@ -11,6 +11,7 @@ import torch
 from lightning.pytorch.cli import instantiate_module
 
 from recsys.data.encoders import Preprocessor
+from recsys.data.split_stream import SplitData
 from recsys.models import RankingModel
 from recsys.train.datamodule import CTRDataModule, saved_preprocessor
 from recsys.train.module import RankingTask
@@ -91,7 +92,7 @@ def export_checkpoint(
     check_parity: bool = True,
     parity_batch_sizes: tuple[int, ...] = (1, 7, 300),
     precision: str = "fp32",
-    config: str | Path | None = None,
+    test: SplitData | None = None,
 ) -> dict[str, Any]:
     """Export a checkpoint to ``output_dir``; optionally check eager vs exported in a fresh process.
 
@@ -99,13 +100,14 @@ def export_checkpoint(
         precision: storage of the embedding tables (``fp32``, ``fp16``, ``int8``, ``int4``,
             with per-feature overrides ``"int8,C3=int4"``; see :mod:`recsys.export.quantize`).
             The parity check then compares against the eager *quantized* model.
-        config: the ``salience fit`` config the checkpoint was trained with; with a precision
-            other than fp32, its test split is scored by the fp32 and the quantized model and
-            the AUC / log-loss change is reported (the test split is read once, for the report).
+        test: the test split of the data the checkpoint was trained on (e.g. its config's
+            ``Recipe(config).datamodule.split_data("test")``); with a precision other than fp32
+            it is scored by the fp32 and the quantized model and the AUC / log-loss change is
+            reported (read once, for the report).
 
     Returns:
         A report with ``output_dir``, ``parity_max_abs_diff`` (None when unchecked),
-        ``embedding_precision`` (tables, bytes, fp32 bytes) and, with ``config``, ``test``:
+        ``embedding_precision`` (tables, bytes, fp32 bytes) and, with ``test``, ``test``:
         ``{"fp32": {auc, logloss}, "<precision>": {...}, "auc_change": ...}``.
     """
     from recsys.data.batching import random_batch
@@ -122,14 +124,9 @@ def export_checkpoint(
         schema = loaded.preprocessor.fitted_schema
         batches = [random_batch(schema, b, seed=i) for i, b in enumerate(parity_batch_sizes)]
         report["parity_max_abs_diff"] = check_parity_in_fresh_process(output_dir, served, batches)
-    if config is not None and served is not loaded.model:
+    if test is not None and served is not loaded.model:
         from recsys.train.evaluation import evaluate
-        from recsys.train.recipe import Recipe
 
-        recipe = Recipe(config, quiet=True)
-        test = recipe.datamodule.split_data("test")
-        if test is None:
-            raise ValueError(f"{config}: the config has no test split to report the precision's AUC change on")
         fp32, low = evaluate(loaded.model, test), evaluate(served, test)
         report["test"] = {"fp32": fp32, precision: low, "auc_change": low["auc"] - fp32["auc"],
                           "logloss_change": low["logloss"] - fp32["logloss"]}
