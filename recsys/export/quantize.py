@@ -198,9 +198,6 @@ def _quantized_rows(weight: torch.Tensor, precision: Precision) -> tuple[torch.T
     return fused[:, :-4].contiguous(), fused[:, -4:].contiguous()  # values, then fp16 scale and bias
 
 
-_SPARSE_TYPE = {"fp32": "FP32", "fp16": "FP16", "int8": "INT8", "int4": "INT4"}
-
-
 class QuantizedEmbeddingBags(nn.Module):
     """A plain ``EmbeddingBagCollection`` stored at lower precision (same call, same output).
 
@@ -241,8 +238,7 @@ class QuantizedEmbeddingBags(nn.Module):
             for i in members:
                 c = configs[i]
                 p = plan.tables[c.name]
-                specs.append((c.name, c.num_embeddings, c.embedding_dim, getattr(SparseType, _SPARSE_TYPE[p.value]),
-                              EmbeddingLocation.HOST))
+                specs.append((c.name, c.num_embeddings, c.embedding_dim, SparseType[p.name], EmbeddingLocation.HOST))
                 weights.append(_quantized_rows(ebc.embedding_bags[c.name].weight, p))
                 self.feature_names.append(c.feature_names[0])
                 self.dims.append(c.embedding_dim)

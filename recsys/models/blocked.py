@@ -189,12 +189,12 @@ class BlockRouter(nn.Module):
             k for n in self.feature_names
             for k in self.block_keys.get(n, [qr_key(n, "q"), qr_key(n, "r")] if n in self.qr_buckets else [n])
         ]
-        self.is_blocked = bool(self.starts) or bool(self.qr_buckets) or bool(self.hash_rows)  # split() reroutes ids
+        self.reroutes = bool(self.starts) or bool(self.qr_buckets) or bool(self.hash_rows)  # split() rewrites ids
         self.mean = bool(mean)
 
     def split(self, kjt: KeyedJaggedTensor) -> Tuple[KeyedJaggedTensor, Dict[str, torch.Tensor]]:  # noqa: UP006
         totals: Dict[str, torch.Tensor] = {}  # noqa: UP006
-        if not self.is_blocked:
+        if not self.reroutes:
             return kjt, totals
         jts = kjt.to_dict()
         values: List[torch.Tensor] = []  # noqa: UP006

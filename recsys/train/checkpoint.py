@@ -118,7 +118,9 @@ def export_checkpoint(
     metadata = {"checkpoint": str(checkpoint), "arch": type(loaded.model).__name__.lower()}
     result = export_model(loaded.model, loaded.preprocessor, output_dir, metadata=metadata, precision=precision)
     record = read_export_schema(result.output_dir).get("embedding_precision", {})
-    served = quantize_model(to_plain_kernel(loaded.model), record["tables"]) if record.get("tables") else loaded.model
+    quantized = any(p != "fp32" for p in record.get("tables", {}).values())
+    # the eager reference of a quantized export (an fp32 export is checked against the trained model itself)
+    served = quantize_model(to_plain_kernel(loaded.model), record["tables"]) if quantized else loaded.model
     report: dict[str, Any] = {"output_dir": str(output_dir), "parity_max_abs_diff": None, "embedding_precision": record}
     if check_parity:
         schema = loaded.preprocessor.fitted_schema
