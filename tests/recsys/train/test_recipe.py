@@ -154,6 +154,39 @@ def test_search_fits_can_drop_their_checkpoints_and_the_data_module_keeps_no_mod
     assert fitted() is None  # the fit's model lives as long as its result, not until the next fit
 
 
+def test_a_dropped_fit_is_freed_before_the_next_fit_builds_its_model(tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A trained module and its trainer form a reference cycle, so a dropped result outlives its
+    last reference until the cyclic collector runs; the next fit collects it before it builds its
+    own model, so two fits' tables and optimizer state are never alive at once."""
+    import functools
+    import gc
+    import weakref
+
+    from recsys.train.module import RankingTask
+
+    earlier: list[weakref.ref] = []
+    alive_at_build: list[bool] = []
+    init = RankingTask.__init__
+
+    @functools.wraps(init)  # the CLI reads the signature
+    def recorded(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        alive_at_build.append(any(ref() is not None for ref in earlier))
+        init(self, *args, **kwargs)
+
+    recipe = Recipe(CONFIG, workdir=tmp_cwd / "w", quiet=True, keep_checkpoints=False)
+    result = recipe.fit(tracking=False)
+    earlier.append(weakref.ref(result.task))
+    del result
+    assert earlier[0]() is not None  # held by its cycle with the trainer: what the next fit must free
+    gc.disable()  # no automatic pass may do the next fit's work for it
+    try:
+        monkeypatch.setattr(RankingTask, "__init__", recorded)
+        recipe.fit(tracking=False)
+    finally:
+        gc.enable()
+    assert alive_at_build and not any(alive_at_build)
+
+
 def test_optuna_import_errors_keep_no_frames() -> None:
     """Optuna keeps its optional-import errors; their tracebacks (every frame running at its first
     import, locals and all) are dropped by ``import_optuna``."""
