@@ -1,7 +1,8 @@
-"""``salience compress``: per-table precision under one byte budget, chosen on validation.
+"""``salience compress``: per-table precision under one byte budget or AUC tolerance, chosen on validation.
 
     salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR   # 0.1 x the uniform-16 fp32 bytes
     salience compress --checkpoint CKPT --config CFG --budget 2MB --output DIR
+    salience compress --checkpoint CKPT --config CFG --tolerance 0.001 --output DIR  # as small as 0.001 AUC allows
 
 The trained model's tables start at fp32. A lazy greedy search lowers one table one precision
 step at a time (fp32 -> fp16 -> int8 -> int4, as far as the table's dim allows; see
@@ -10,15 +11,21 @@ saved, until the embedding bytes fit the budget. Each candidate step is scored o
 validation pass of the model with that table quantized (the others as chosen so far) and
 rescored only when its table changed (a table's loss barely depends on the others' precision),
 plus one pass after each step for the exact validation AUC of the plan so far: about six
-validation passes per table in all. The test split is read once, for the fp32 model and the chosen plan. Writes
-``plan.json`` (precision and bytes per table, the search trace, validation and test AUC of both)
-and the quantized export (with its fresh-process parity check) under ``DIR/export``.
+validation passes per table in all. With ``--tolerance``, a step that would take the
+validation AUC more than that below fp32's is undone and its table stays where it is (without
+``--budget``, the search goes as far as the tolerance allows).
+
+Writes ``plan.json`` (precision and bytes per table, the search trace, validation and test AUC),
+``frontier.png`` (bytes against validation and test AUC of fp32, fp16, int8 and int4 for every
+table and of the searched plan: the test split is read once per model) and the quantized export
+(with its fresh-process parity check) under ``DIR/export``.
 
 The budget is a fraction ``Nx`` of the uniform-16 fp32 embedding bytes (every sparse feature
 at dim 16, 4 bytes a value: the reference issue 19 sizes against) or an absolute size in
 ``KB``/``MB``/``GB``. Row schemes (quotient-remainder, hashing) and dims are set in the config
 the checkpoint was trained with (``model.embedding_rows``, ``data.embedding_dims``); the search
-does not retrain.
+does not retrain. The pipeline runs the same search after its final fit (``compress`` in the
+pipeline config).
 """
 
 from __future__ import annotations
@@ -35,7 +42,10 @@ from recsys.data.schema import Schema
 from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan, embedding_bytes
 from recsys.models.base import RankingModel, SparseArch, table_configs_for
 
-__all__ = ["CompressResult", "compress_main", "parse_budget", "search_precisions", "uniform_bytes"]
+__all__ = [
+    "CompressResult", "compress_main", "parse_budget", "plot_frontier", "precision_frontier", "search_precisions",
+    "uniform_bytes", "uniform_plan",
+]
 
 #: the precisions a table steps down through
 LADDER = (Precision.FP32, Precision.FP16, Precision.INT8, Precision.INT4)
@@ -83,22 +93,31 @@ class CompressResult:
     evaluations: int = 0
 
 
-def search_precisions(arch: SparseArch, budget: int, score: Callable[[PrecisionPlan], float]) -> CompressResult:
+def search_precisions(arch: SparseArch, budget: int | None, score: Callable[[PrecisionPlan], float],
+                      tolerance: float | None = None) -> CompressResult:
     """The lazy greedy search of the module docstring.
 
     Args:
         arch: the trained model's sparse arch (plain kernel).
-        budget: embedding bytes to fit under.
+        budget: embedding bytes to fit under; None: as small as ``tolerance`` allows.
         score: validation AUC of the model at a plan (higher is better).
+        tolerance: validation AUC the plan may lose against fp32: a step that would lose more is
+            undone and its table keeps its precision (the budget may then stay unmet: compare
+            ``result.bytes`` with it). None: no limit.
 
     Raises:
         PrecisionError: the budget is below the smallest plan the tables allow (the message
             says that minimum).
+        ValueError: neither a budget nor a tolerance.
     """
+    if budget is None and tolerance is None:
+        raise ValueError("search_precisions needs a byte budget, an AUC tolerance, or both")
     dims = {c.name: c.embedding_dim for c in table_configs_for(arch)}
     ladders = {t: _steps(d) for t, d in dims.items()}
     lowest = PrecisionPlan({t: steps[-1] for t, steps in ladders.items()})
     minimum = embedding_bytes(arch, lowest)
+    if budget is None:
+        budget = minimum
     if budget < minimum:
         raise PrecisionError(
             f"budget {budget:,} bytes is below the smallest model these tables allow: {minimum:,} bytes "
@@ -112,11 +131,12 @@ def search_precisions(arch: SparseArch, budget: int, score: Callable[[PrecisionP
     result = CompressResult(fp32, total, total, budget, base, base, evaluations=1)
     auc = base
     cache: dict[str, tuple[float, int]] = {}  # table -> (validation AUC lost by its next step, bytes saved)
+    closed: set[str] = set()  # tables whose next step lost more than the tolerance
     while total > budget:
         for t in dims:
             ladder = ladders[t]
             i = ladder.index(current[t])
-            if i + 1 == len(ladder) or t in cache:
+            if i + 1 == len(ladder) or t in cache or t in closed:
                 continue
             trial = PrecisionPlan({**current, t: ladder[i + 1]})
             cache[t] = (auc - score(trial), total - embedding_bytes(arch, trial))
@@ -128,11 +148,89 @@ def search_precisions(arch: SparseArch, budget: int, score: Callable[[PrecisionP
         ladder = ladders[t]
         current[t] = ladder[ladder.index(current[t]) + 1]
         total -= saved
-        auc = score(PrecisionPlan(dict(current)))
+        stepped = score(PrecisionPlan(dict(current)))
         result.evaluations += 1
+        if tolerance is not None and stepped < base - tolerance:  # too much lost: undo, keep this table
+            current[t] = ladder[ladder.index(current[t]) - 1]
+            total += saved
+            closed.add(t)
+            result.trace.append({"table": t, "precision": ladder[ladder.index(current[t]) + 1].value,
+                                 "bytes": total - saved, "val_auc": stepped, "undone": True})
+            continue
+        auc = stepped
         result.trace.append({"table": t, "precision": current[t].value, "bytes": total, "val_auc": auc})
     result.plan, result.bytes, result.val_auc = PrecisionPlan(dict(current)), total, auc
     return result
+
+
+def uniform_plan(arch: SparseArch, precision: Precision | str) -> PrecisionPlan:
+    """Every table at ``precision``, or at the nearest step above it that its dim allows (int4
+    on a dim-6 table: int8)."""
+    precision = Precision(precision)
+    top = LADDER.index(precision)
+    return PrecisionPlan({c.name: [p for p in _steps(c.embedding_dim) if LADDER.index(p) <= top][-1]
+                          for c in table_configs_for(arch)})
+
+
+def precision_frontier(model: RankingModel, val: Any, test: Any, result: CompressResult,
+                       fp32_test: dict[str, float] | None = None) -> list[dict[str, Any]]:
+    """Bytes against validation and test AUC of every uniform precision and of the searched
+    plan (``technique``: ``fp32`` ... ``int4``, ``search``): each model's test split read once.
+
+    Args:
+        model: the trained model (plain kernel, eval mode).
+        val, test: the validation rows the search scored on and the test split (in memory or
+            streamed views).
+        result: the search's result (its plan is the ``search`` point; its validation AUCs of
+            fp32 and of the plan are reused).
+        fp32_test: ``auc`` and ``logloss`` of the fp32 model on the test split when the caller
+            already has them (a fit's test pass): that model's test split is not read again.
+    """
+    from recsys.export.quantize import quantize_model
+    from recsys.train.evaluation import evaluate
+
+    arch = model.sparse_arch
+    assert isinstance(arch, SparseArch)
+    points = []
+    plans = {p.value: uniform_plan(arch, p) for p in LADDER}
+    for name, plan in [*plans.items(), ("search", result.plan)]:
+        quantized = quantize_model(model, plan)
+        known = {"search": result.val_auc, "fp32": result.fp32_val_auc}
+        val_auc = known[name] if name in known else evaluate(quantized, val)["auc"]
+        on_test = fp32_test if name == "fp32" and fp32_test is not None else evaluate(quantized, test)
+        points.append({"technique": name, "bytes": embedding_bytes(arch, plan), "val_auc": val_auc,
+                       "test_auc": on_test["auc"], "test_logloss": on_test["logloss"], "tables": plan.to_dict()})
+    return points
+
+
+def plot_frontier(points: Sequence[dict[str, Any]], trace: Sequence[dict[str, Any]] = (), title: str = "") -> Any:
+    """Embedding bytes (log scale) against validation (filled) and test AUC (hollow) of each
+    technique, with the search's accepted steps (validation AUC) as a line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    colors = {"fp32": "0.3", "fp16": "tab:green", "int8": "tab:orange", "int4": "tab:red", "search": "tab:blue"}
+    steps = [t for t in trace if not t.get("undone")]
+    if steps and points:
+        start = next((p for p in points if p["technique"] == "fp32"), None)
+        xs = ([start["bytes"]] if start else []) + [t["bytes"] for t in steps]
+        ys = ([start["val_auc"]] if start else []) + [t["val_auc"] for t in steps]
+        ax.plot(xs, ys, "-", color="tab:blue", alpha=0.4, lw=1, label="search steps (validation)")
+    for p in points:
+        c = colors.get(p["technique"], "0.5")
+        ax.plot(p["bytes"], p["val_auc"], "o", color=c, label=f"{p['technique']} validation")
+        ax.plot(p["bytes"], p["test_auc"], "o", mfc="none", color=c, label=f"{p['technique']} test")
+    ax.set_xscale("log")
+    ax.set_xlabel("embedding bytes")
+    ax.set_ylabel("AUC")
+    ax.set_title(title or "bytes vs AUC: uniform precisions and the searched plan")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    return fig
 
 
 def compress_main(argv: Sequence[str] | None = None) -> int:
@@ -140,7 +238,10 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", required=True, help="a `salience fit` checkpoint")
     parser.add_argument("--config", required=True, help="the fit config it was trained with (its validation and test splits)")
-    parser.add_argument("--budget", required=True, help="0.1x (of the uniform-16 fp32 embedding bytes) or 2MB")
+    parser.add_argument("--budget", help="0.1x (of the uniform-16 fp32 embedding bytes) or 2MB")
+    parser.add_argument("--tolerance", type=float,
+                        help="validation AUC the plan may lose against fp32 (a step losing more is undone); "
+                             "without --budget: as small as this allows")
     parser.add_argument("--output", required=True, help="folder for plan.json and the export")
     parser.add_argument("--no-parity", action="store_true", help="skip the export's fresh-process parity check")
     args = parser.parse_args(argv)
@@ -159,8 +260,12 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.checkpoint}: the model has no embedding tables to compress")
     schema = loaded.preprocessor.fitted_schema
     reference = uniform_bytes(schema)
+    if args.budget is None and args.tolerance is None:
+        parser.error("give --budget (0.1x or 2MB), --tolerance (validation AUC, e.g. 0.001), or both")
+    if args.tolerance is not None and not args.tolerance >= 0:
+        parser.error(f"--tolerance must be >= 0, got {args.tolerance}")
     try:
-        budget = parse_budget(args.budget, reference)
+        budget = parse_budget(args.budget, reference) if args.budget is not None else None
     except ValueError as e:
         parser.error(str(e))
     dm = Recipe(args.config, quiet=True).datamodule
@@ -173,14 +278,16 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
 
     start = time.perf_counter()
     try:
-        result = search_precisions(arch, budget, score)
+        result = search_precisions(arch, budget, score, args.tolerance)
     except PrecisionError as e:
         parser.error(str(e))
     chosen = quantize_model(model, result.plan)
-    test_fp32, test_plan = evaluate(model, test), evaluate(chosen, test)  # the test split, read once per model
+    frontier = precision_frontier(model, val, test, result)  # the test split, read once per model
+    by_name = {p["technique"]: p for p in frontier}
+    test_fp32, test_plan = ({"auc": by_name[n]["test_auc"], "logloss": by_name[n]["test_logloss"]} for n in ("fp32", "search"))
     out = Path(args.output)
     export = export_model(model, loaded.preprocessor, out / "export", precision=result.plan.to_dict(),
-                          metadata={"checkpoint": str(args.checkpoint), "budget": args.budget})
+                          metadata={"checkpoint": str(args.checkpoint), "budget": args.budget, "tolerance": args.tolerance})
     parity = None
     if not args.no_parity:
         from recsys.data.batching import random_batch
@@ -188,25 +295,32 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
         batches = [random_batch(schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
         parity = check_parity_in_fresh_process(export.output_dir, chosen, batches)
     record = {
-        "budget": args.budget, "budget_bytes": budget, "uniform16_fp32_bytes": reference,
+        "budget": args.budget, "budget_bytes": budget, "tolerance": args.tolerance, "budget_met": result.bytes <= result.budget,
+        "uniform16_fp32_bytes": reference,
         "bytes": result.bytes, "fp32_bytes": result.fp32_bytes,
         "bytes_vs_uniform16": result.bytes / max(reference, 1),
         "tables": result.plan.to_dict(),
         "val": {"fp32_auc": result.fp32_val_auc, "plan_auc": result.val_auc},
         "test": {"fp32": test_fp32, "plan": test_plan, "auc_change": test_plan["auc"] - test_fp32["auc"]},
-        "trace": result.trace, "validation_passes": result.evaluations,
+        "trace": result.trace, "validation_passes": result.evaluations, "frontier": frontier,
         "seconds": round(time.perf_counter() - start, 1), "export": str(export.output_dir), "parity_max_abs_diff": parity,
     }
     atomic_write_json(out / "plan.json", record)
+    from recsys.io import atomic_savefig
+
+    atomic_savefig(plot_frontier(frontier, result.trace), out / "frontier.png")
     counts: dict[str, int] = {}
     for p in result.plan.tables.values():
         counts[p.value] = counts.get(p.value, 0) + 1
-    print(f"budget {budget:,} bytes ({args.budget}); chose {', '.join(f'{n} x {p}' for p, n in counts.items())}: "
+    goal = f"budget {budget:,} bytes ({args.budget})" if args.budget is not None else f"tolerance {args.tolerance} validation AUC"
+    if args.budget is not None and args.tolerance is not None:
+        goal += f", tolerance {args.tolerance}" + ("" if result.bytes <= result.budget else " (the budget is NOT met within it)")
+    print(f"{goal}; chose {', '.join(f'{n} x {p}' for p, n in counts.items())}: "
           f"{result.bytes:,} bytes = {result.bytes / max(result.fp32_bytes, 1):.3f}x of fp32, "
           f"{result.bytes / max(reference, 1):.3f}x of uniform-16 ({result.evaluations} validation passes)")
     print(f"validation AUC {result.val_auc:.5f} vs fp32 {result.fp32_val_auc:.5f}; "
           f"test AUC {test_plan['auc']:.5f} vs fp32 {test_fp32['auc']:.5f} (change {test_plan['auc'] - test_fp32['auc']:+.5f})")
     if parity is not None:
         print(f"parity (fresh process): max |eager - exported| = {parity:.2e}")
-    print(f"plan: {out / 'plan.json'}; export: {export.output_dir}")
+    print(f"plan: {out / 'plan.json'}; frontier: {out / 'frontier.png'}; export: {export.output_dir}")
     return 0

@@ -146,8 +146,32 @@ def outrank_score(x: np.ndarray, y: np.ndarray, null: NullModel | str = "package
         h_null = _n_cond_entropy(shifted, y, ny)
     else:
         offsets = [(j + 1) * n // (rotations + 1) for j in range(rotations)]
+        if (together := _rotated_n_cond_entropies(x, y, ny, [0, *offsets])) is not None:
+            return (float(together[1:].mean()) - float(together[0])) / n
         h_null = float(np.mean([_n_cond_entropy(np.roll(x, k), y, ny) for k in offsets]))
     return (h_null - _n_cond_entropy(x, y, ny)) / n
+
+
+def _rotated_n_cond_entropies(x: np.ndarray, y: np.ndarray, ny: np.ndarray, offsets: list[int]) -> np.ndarray | None:
+    """``N * H(roll(X, k) | Y)`` for each offset ``k`` (groups of Y with at least 2 rows), from
+    one bincount over all of them; None when their joint key space is too large for a bincount
+    (then :func:`_n_cond_entropy` per offset, which falls back to ``np.unique``)."""
+    n, r = len(x), len(offsets)
+    kx = int(x.max()) + 1
+    span = len(ny) * kx
+    if r * span > max(4 * r * n, 1 << 16):
+        return None
+    rolled = np.empty((r, n), dtype=np.int64)
+    for j, k in enumerate(offsets):  # np.roll(x, k) without its temporaries
+        k %= n
+        rolled[j, :k] = x[n - k:]
+        rolled[j, k:] = x[: n - k]
+    rolled += y * kx
+    rolled += (np.arange(r, dtype=np.int64) * span)[:, None]
+    counts = np.bincount(rolled.reshape(-1), minlength=r * span).reshape(r, len(ny), kx)[:, ny >= 2, :]
+    c = counts.reshape(r, -1).astype(np.float64)
+    xlogx = (c * np.log(np.maximum(c, 1.0))).sum(axis=1)
+    return _xlogx(ny[ny >= 2]) - xlogx
 
 
 def plain_mi(x: np.ndarray, y: np.ndarray) -> float:

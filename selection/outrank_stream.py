@@ -307,7 +307,9 @@ def _plan(survey: Survey, method: OutRankConfig) -> _Plan:
         if s.kind is not FeatureKind.DENSE or method.dense_bins is None:
             continue
         x = sample[s.name]
-        count = len(np.unique(x[~np.isnan(x)])) if survey.sample.complete else survey.dense_distinct[s.name]
+        # the survey's count (capped at dense_bins + 1) covers every scanned row; a max_rows
+        # selection of a complete sample counts its own rows
+        count = len(np.unique(x[~np.isnan(x)])) if survey.sample.complete and selected is not None else survey.dense_distinct[s.name]
         if count > method.dense_bins:
             edges[s.name] = quantile_edges(x, int(method.dense_bins))
     label_edges = None

@@ -125,14 +125,30 @@ class MisraGries:
     def add_counts(self, counts: pd.Series) -> None:
         """Add one chunk's exact value counts (value -> rows, as ``value_counts`` gives)."""
         self.rows += int(counts.sum())
-        both = pd.concat([self.counts, counts]) if len(self.counts) else counts
-        if len(self.counts):
-            both = both.groupby(level=0, sort=False, dropna=False).sum()
-        if len(both) > self.k:
-            cut = int(np.sort(both.to_numpy())[-(self.k + 1)])
-            both = both - cut
-            both = both[both > 0]
-        self.counts = both.astype(np.int64)
+        na = np.asarray(counts.index.isna())
+        if na.sum() > 1:  # None and NaN: one value, as a grouped sum counts them
+            counts = counts.groupby(level=0, sort=False, dropna=False).sum()
+            na = np.asarray(counts.index.isna())
+        old = self.counts
+        chunk = counts.to_numpy(dtype=np.int64)
+        new = np.ones(len(chunk), dtype=bool)  # the chunk's values without a counter yet
+        old_counts = old.to_numpy(dtype=np.int64)
+        if len(old) and len(chunk):
+            pos = counts.index.get_indexer(old.index)  # -1: not in this chunk
+            old_na = np.asarray(old.index.isna())
+            if old_na.any():  # a missing value finds the chunk's, whichever NA each holds
+                pos[old_na] = np.flatnonzero(na)[0] if na.any() else -1
+            hit = pos >= 0
+            old_counts = old_counts + np.where(hit, chunk[np.maximum(pos, 0)], 0)
+            new[pos[hit]] = False
+        merged = np.concatenate([old_counts, chunk[new]])
+        cut = int(np.partition(merged, len(merged) - self.k - 1)[len(merged) - self.k - 1]) if len(merged) > self.k else 0
+        kept_new = np.flatnonzero(new)[chunk[new] > cut]
+        kept_old = old_counts > cut  # counters in the order a grouped sum of [old, chunk] lists them
+        parts = [pd.Series(old_counts[kept_old] - cut, index=old.index[kept_old], dtype=np.int64),
+                 pd.Series(chunk[kept_new] - cut, index=counts.index[kept_new], dtype=np.int64)]
+        parts = [p for p in parts if len(p)]
+        self.counts = pd.concat(parts) if len(parts) > 1 else parts[0] if parts else pd.Series(dtype=np.int64)
 
     def merge(self, other: MisraGries) -> MisraGries:
         """Fold another summary in (the mergeable-summary rule); returns self."""

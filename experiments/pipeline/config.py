@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "CompareConfig",
+    "CompressConfig",
     "DimsConfig",
     "PipelineConfig",
     "PipelineConfigError",
@@ -149,6 +150,40 @@ class CompareConfig:
 
 
 @dataclass
+class CompressConfig:
+    """The optional compression step after the final fit (``salience compress``'s search).
+
+    Args:
+        enabled: run it (off by default).
+        auc_tolerance: validation AUC the quantized final model may lose against its fp32 self;
+            the per-table precision search goes as far as this allows.
+        budget: also stop once the embedding bytes fit this (``0.1x`` of the uniform-16 fp32
+            bytes, or ``2MB``); None: only the tolerance.
+        eval_rows: validation rows each candidate is scored on (a seeded sample; every row when
+            the split has fewer).
+    """
+
+    enabled: bool = False
+    auc_tolerance: float = 0.001
+    budget: str | None = None
+    eval_rows: int = 200_000
+
+    def __post_init__(self) -> None:
+        if not self.auc_tolerance >= 0:
+            raise PipelineConfigError(f"compress.auc_tolerance: must be >= 0, got {self.auc_tolerance}")
+        if self.eval_rows < 1:
+            raise PipelineConfigError(f"compress.eval_rows: must be >= 1, got {self.eval_rows}")
+        if self.budget is not None:
+            from embeddings.compress import parse_budget
+
+            try:
+                parse_budget(str(self.budget), 1)
+            except ValueError:
+                raise PipelineConfigError(f"compress.budget: expected a fraction like 0.1x or a size like 2MB, "
+                                          f"got {self.budget!r}") from None
+
+
+@dataclass
 class PipelineConfig:
     """The whole pipeline.
 
@@ -165,6 +200,7 @@ class PipelineConfig:
             each is deleted once its fit is tested: the stages keep their metrics, and on a
             large vocabulary every fit's three checkpoint files take 3x its tables).
         quality, screening, selection, dims, tuning, compare: the stages.
+        compress: the optional quantization of the final model (its embedding precision per table).
         source: the YAML file the config came from (set by :meth:`load`).
     """
 
@@ -182,6 +218,7 @@ class PipelineConfig:
     dims: DimsConfig = field(default_factory=DimsConfig)
     tuning: TuningConfig = field(default_factory=TuningConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    compress: CompressConfig = field(default_factory=CompressConfig)
     source: str = ""
 
     @property
@@ -228,7 +265,10 @@ class PipelineConfig:
 
     def fingerprint(self) -> str:
         """Hash of the settings and the model config's content: a resumed pipeline must match."""
-        payload = json.dumps({k: v for k, v in self.to_dict().items() if k != "output"}, sort_keys=True, default=str)
+        settings = {k: v for k, v in self.to_dict().items() if k != "output"}
+        if settings["compress"] == dataclasses.asdict(CompressConfig()):  # added later: off keeps older folders resumable
+            settings.pop("compress")
+        payload = json.dumps(settings, sort_keys=True, default=str)
         payload += self.model_config_path.read_text(encoding="utf-8")
         return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:16]
 
@@ -253,6 +293,8 @@ def _build(cls: type, data: Mapping[str, Any], source: str, prefix: str) -> Any:
         return cls(**kwargs)
     except TypeError as e:  # a required key is missing
         raise PipelineConfigError(f"{source}: {prefix or ''}{e}") from None
+    except PipelineConfigError as e:  # a section's own check (it names the key)
+        raise PipelineConfigError(f"{source}: {e}") from None
 
 
 def _checked(value: Any, default: Any, source: str, key: str) -> Any:

@@ -377,7 +377,34 @@ def _final(out: Path) -> str | None:
         ("features", "features", lambda v: ", ".join(map(str, v or []))),
     ]
     rows = [[label, *(fmt(s[key]) if key in s else "n/a" for s in (final, orig))] for label, key, fmt in fields]
-    return _table(["", "final", "original"], rows)
+    parts = [_table(["", "final", "original"], rows)]
+    if isinstance(final.get("compressed"), dict):
+        parts.append(_compressed(final, out))
+    return "\n".join(parts)
+
+
+def _compressed(final: dict[str, Any], out: Path) -> str:
+    """The compression step: the plan's precisions, bytes and AUC against fp32, the frontier."""
+    c = final["compressed"]
+    counts: dict[str, int] = {}
+    for p in (c.get("tables") or {}).values():
+        counts[p] = counts.get(p, 0) + 1
+    limit = f"validation AUC tolerance {_num(c.get('auc_tolerance'))}" + (f", budget {c['budget']}" if c.get("budget") else "")
+    head = (f"Compressed ({limit}): {', '.join(f'{n} x {p}' for p, n in counts.items()) or 'no table'}; "
+            f"embedding bytes {_bytes(c.get('embedding_bytes'))} vs fp32 {_bytes(c.get('fp32_embedding_bytes'))} "
+            f"({_ratio(c.get('embedding_bytes'), c.get('fp32_embedding_bytes'))}); validation AUC {_num(c.get('val_auc'))} "
+            f"vs fp32 {_num(c.get('fp32_val_auc'))} on {c.get('val_rows')} rows; test AUC {_num(c.get('test_auc'))} "
+            f"vs fp32 {_num(final.get('test_auc'))} (change {_diff(c.get('test_auc'), final.get('test_auc'))}); "
+            f"export {_path(c.get('export_dir'), out)} ({_bytes(c.get('export_bytes'))}).")
+    rows = [[p["technique"], _bytes(p["bytes"]), _num(p["val_auc"]), _num(p["test_auc"])] for p in c.get("frontier") or []]
+
+    def frontier() -> Figure:
+        from embeddings.compress import plot_frontier
+
+        return plot_frontier(c.get("frontier") or [], c.get("trace") or [])
+
+    return "\n".join([_p(head), _table(["precision", "embedding bytes", "validation AUC", "test AUC"], rows),
+                      _img(frontier, "bytes vs AUC")])
 
 
 SECTIONS: tuple[tuple[str, str, Callable[[Path], str | None]], ...] = (

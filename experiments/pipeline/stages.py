@@ -340,7 +340,77 @@ def _fit_and_measure(ctx: StageContext, config: Any, name: str) -> dict[str, Any
                              "embedding_parameters": summary["embedding_parameters"],
                              "export_bytes": summary["export_bytes"],
                              **{f"latency_ms_b{b}": v["median"] for b, v in latency.items()}})
+    if name == "final" and ctx.config.compress.enabled:
+        summary["compressed"] = _compress(ctx, fit, test)
     return summary
+
+
+def _compress(ctx: StageContext, fit: Any, latency_rows: EncodedData) -> dict[str, Any]:
+    """The final model's per-table embedding precision, searched on validation rows within
+    ``compress.auc_tolerance`` (:func:`embeddings.compress.search_precisions`), its frontier
+    (uniform precisions and the plan; each model's test split read once), and its export."""
+    from embeddings.compress import parse_budget, plot_frontier, precision_frontier, search_precisions, uniform_bytes
+    from recsys.data.batching import random_batch
+    from recsys.export import check_parity_in_fresh_process, export_model, to_plain_kernel
+    from recsys.export.quantize import embedding_bytes, quantize_model
+    from recsys.models.base import SparseArch
+    from recsys.train.evaluation import evaluate
+
+    cfg, cmp = ctx.config.compress, ctx.config.compare
+    dm = fit.datamodule
+    schema = dm.preprocessor.fitted_schema
+    model = to_plain_kernel(fit.task.model.eval())
+    arch = model.sparse_arch
+    if not isinstance(arch, SparseArch):
+        raise StageError("compress: the final model has no embedding tables to quantize")
+    reference = uniform_bytes(schema)
+    budget = parse_budget(cfg.budget, reference) if cfg.budget is not None else None
+    val = dm.sample_rows("val", cfg.eval_rows, seed=ctx.config.seed)
+    start = time.perf_counter()
+    result = search_precisions(arch, budget, lambda plan: evaluate(quantize_model(model, plan), val)["auc"],
+                               cfg.auc_tolerance)
+    frontier = precision_frontier(model, val, dm.split_data("test"), result,
+                                  fp32_test={"auc": fit.metrics["test_auc"], "logloss": fit.metrics["test_logloss"]})
+    chosen = quantize_model(model, result.plan)
+    export_dir = ctx.folder / "export_compressed"
+    export_model(model, dm.preprocessor, export_dir, precision=result.plan.to_dict(),
+                 metadata={"pipeline": ctx.config.name, "auc_tolerance": cfg.auc_tolerance, "budget": cfg.budget})
+    batches = [random_batch(schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
+    parity = check_parity_in_fresh_process(export_dir, chosen, batches)
+    if not parity <= cmp.parity_tolerance:
+        raise StageError(f"compress: the quantized export differs from the eager quantized model by {parity} > "
+                         f"{cmp.parity_tolerance}")
+    search = next(p for p in frontier if p["technique"] == "search")
+    out = {
+        "tables": result.plan.to_dict(),
+        "embedding_bytes": result.bytes,
+        "fp32_embedding_bytes": embedding_bytes(arch),
+        "uniform16_fp32_bytes": reference,
+        "auc_tolerance": cfg.auc_tolerance,
+        "budget": cfg.budget,
+        "budget_met": None if budget is None else result.bytes <= budget,
+        "val_rows": len(val),
+        "val_auc": result.val_auc,
+        "fp32_val_auc": result.fp32_val_auc,
+        "test_auc": search["test_auc"],
+        "test_logloss": search["test_logloss"],
+        "frontier": frontier,
+        "trace": result.trace,
+        "validation_passes": result.evaluations,
+        "export_dir": str(export_dir),
+        "export_bytes": export_bytes(export_dir),
+        "parity_max_abs_diff": parity,
+        "latency_ms": exported_latency(export_dir, latency_rows, cmp.latency_batches, cmp.latency_repeats),
+        "seconds": round(time.perf_counter() - start, 1),
+    }
+    ctx.log_figure(plot_frontier(frontier, result.trace, title=f"{ctx.config.name}: final model, embedding precision"),
+                   "frontier.png")
+    ctx.tracker.log_metrics({
+        "compressed.embedding_bytes": out["embedding_bytes"], "compressed.val_auc": out["val_auc"],
+        "compressed.test_auc": out["test_auc"], "compressed.export_bytes": out["export_bytes"],
+        **{f"frontier.{p['technique']}.{k}": p[k] for p in frontier for k in ("bytes", "val_auc", "test_auc")},
+    })
+    return out
 
 
 def run_final(ctx: StageContext) -> dict[str, Any]:
@@ -410,6 +480,13 @@ def run_compare(ctx: StageContext) -> dict[str, Any]:
         "latency_ratio": {b: final["latency_ms"][b]["median"] / max(original["latency_ms"][b]["median"], 1e-9)
                           for b in original["latency_ms"] if b in final["latency_ms"]},
     }
+    if isinstance(final.get("compressed"), dict):
+        c = final["compressed"]
+        delta["compressed"] = {
+            "embedding_bytes_ratio": c["embedding_bytes"] / max(4 * original["embedding_parameters"], 1),
+            "test_auc": c["test_auc"] - original["test_auc"],
+            "export_bytes_ratio": c["export_bytes"] / max(original["export_bytes"], 1),
+        }
     within = bool(delta["test_auc"] >= -tol)
     ctx.tracker.log_metrics({"delta_test_auc": delta["test_auc"], "parameters_ratio": delta["embedding_parameters_ratio"]})
     return {"original": original, "final": final, "delta": delta, "auc_tolerance": tol, "within_tolerance": within,

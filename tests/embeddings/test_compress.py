@@ -64,3 +64,35 @@ def test_budget_forms(arch: SparseArch) -> None:
     for bad in ("ten", "0x", "-1MB", "3 parsecs"):
         with pytest.raises(ValueError, match="--budget"):
             parse_budget(bad, ref)
+
+
+def test_a_tolerance_undoes_the_steps_that_lose_more_and_goes_as_far_as_it_allows(arch: SparseArch) -> None:
+    """With 0.0011 of validation AUC to lose: item and genres go to int4 (0.0002 + 0.0003), the
+    site table to int8 (0.0005; its int4 step would lose 0.004), the fragile user table stays at
+    fp16 (int8 costs 0.02); the undone steps are in the trace and the plan stays within."""
+    result = search_precisions(arch, None, _score, tolerance=0.0011)
+    assert result.plan.tables == {"t_user": Precision.FP16, "t_item": Precision.INT4, "t_site": Precision.INT8,
+                                  "t_genres": Precision.INT4}
+    assert result.val_auc >= 0.8 - 0.0011 and result.val_auc == pytest.approx(_score(result.plan))
+    undone = {s["table"]: s["precision"] for s in result.trace if s.get("undone")}
+    assert undone == {"t_user": "int8", "t_site": "int4"}
+    assert all(s["val_auc"] < 0.8 - 0.0011 for s in result.trace if s.get("undone"))
+    assert result.bytes == embedding_bytes(arch, result.plan)
+    # a budget the tolerance cannot reach is left unmet (the caller compares), never overspent in AUC
+    both = search_precisions(arch, embedding_bytes(arch, PrecisionPlan(dict.fromkeys(result.plan.tables, Precision.INT4))),
+                             _score, tolerance=0.0011)
+    assert both.plan == result.plan and both.bytes > both.budget
+    # zero tolerance: only the free fp16 steps
+    assert set(search_precisions(arch, None, _score, tolerance=0.0).plan.tables.values()) <= {Precision.FP16, Precision.FP32}
+    with pytest.raises(ValueError, match="budget"):
+        search_precisions(arch, None, _score)
+
+
+def test_uniform_plans_step_back_where_a_dim_does_not_allow_the_precision(arch: SparseArch) -> None:
+    from embeddings.compress import uniform_plan
+
+    dims = {c.name: c.embedding_dim for c in arch.embedding_bag_collection.embedding_bag_configs()}
+    assert uniform_plan(arch, "int4").tables == {t: Precision.INT4 for t in dims}  # 8, 4, 12, 4: all divisible by 4
+    # int8 on a dim-4 row is as large as fp16 (4 bytes of scale and bias): those tables stay at fp16
+    assert uniform_plan(arch, "int8").tables == {t: Precision.FP16 if d == 4 else Precision.INT8 for t, d in dims.items()}
+    assert uniform_plan(arch, "fp32").is_fp32

@@ -54,6 +54,10 @@ def test_config_errors_name_the_file_and_key(tmp_path: Path) -> None:
         PipelineConfig.load(_config(tmp_path, tuning={"n_trials": "many"}))
     with pytest.raises(PipelineConfigError, match="model_config: file not found"):
         PipelineConfig.load(_config(tmp_path, model_config="missing.yaml"))
+    with pytest.raises(PipelineConfigError, match=r"pipeline\.yaml: compress\.budget: expected a fraction like 0\.1x"):
+        PipelineConfig.load(_config(tmp_path, compress={"enabled": True, "budget": "tiny"}))
+    with pytest.raises(PipelineConfigError, match=r"compress\.auc_tolerance: must be >= 0"):
+        PipelineConfig.load(_config(tmp_path, compress={"auc_tolerance": -0.1}))
     with pytest.raises(PipelineConfigError, match="not a stage"):
         Pipeline(PipelineConfig.load(_config(tmp_path))).run(stop_after="everything")
 
@@ -70,11 +74,16 @@ def test_fingerprint_follows_settings_and_model_config(tmp_path: Path) -> None:
     b = PipelineConfig.load(_config(tmp_path, seed=1))
     assert a.fingerprint() != b.fingerprint()
     assert a.fingerprint() == PipelineConfig.load(_config(tmp_path, output=str(tmp_path / "elsewhere"))).fingerprint()
+    # the compression step counts when it is on; off (its default) it leaves the fingerprint of
+    # the folders written before it existed as it was
+    assert a.fingerprint() == PipelineConfig.load(_config(tmp_path, compress={"enabled": False})).fingerprint()
+    assert a.fingerprint() != PipelineConfig.load(_config(tmp_path, compress={"enabled": True})).fingerprint()
 
 
 # -- end to end, stop and resume ---------------------------------------------------------------
 def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
-    path = _config(tmp_cwd)
+    compress = {"enabled": True, "auc_tolerance": 0.002, "eval_rows": 400}
+    path = _config(tmp_cwd, compress=compress)
     first = run_pipeline(path, stop_after="screening")
     assert list(first) == ["quality", "screening"]
     out = tmp_cwd / "out"
@@ -84,8 +93,8 @@ def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
 
     # another config in the same folder is refused, naming the way out
     with pytest.raises(PipelineConfigError, match="--restart"):
-        run_pipeline(_config(tmp_cwd, seed=3))
-    path = _config(tmp_cwd)
+        run_pipeline(_config(tmp_cwd, seed=3, compress=compress))
+    path = _config(tmp_cwd, compress=compress)
 
     results = run_pipeline(path)
     assert list(results) == list(STAGES)
@@ -117,6 +126,15 @@ def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
         assert set(model["latency_ms"]) == {"1", "1024"} and all(v["median"] > 0 for v in model["latency_ms"].values())
         assert (Path(model["export_dir"]) / "model.pt").is_file() and model["export_bytes"] > 0
     assert compare["delta"]["test_auc"] == pytest.approx(final["test_auc"] - original["test_auc"])
+    # the compression step: within its validation tolerance, smaller, exported with parity, on the frontier
+    packed = final["compressed"]
+    assert packed["val_rows"] == 400 and packed["val_auc"] >= packed["fp32_val_auc"] - 0.002
+    assert packed["embedding_bytes"] < packed["fp32_embedding_bytes"] == 4 * final["embedding_parameters"]
+    assert set(packed["tables"].values()) <= {"fp32", "fp16", "int8", "int4"} and packed["parity_max_abs_diff"] <= 1e-5
+    assert [p["technique"] for p in packed["frontier"]] == ["fp32", "fp16", "int8", "int4", "search"]
+    assert packed["frontier"][0]["test_auc"] == final["test_auc"]  # the fit's own test pass: not read again
+    assert (Path(packed["export_dir"]) / "model.pt").is_file() and (out / "final" / "frontier.png").is_file()
+    assert compare["delta"]["compressed"]["test_auc"] == pytest.approx(packed["test_auc"] - original["test_auc"])
     report = Path(results["report"]["report"])
     assert report.is_file() and "data:image/png;base64," in report.read_text()
 
@@ -130,6 +148,9 @@ def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
     assert set(stages) == set(STAGES)
     assert all(r.info.status == "FINISHED" for r in runs)
     assert parent.data.metrics["final.test_auc"] == pytest.approx(final["test_auc"])
+    assert stages["final"].data.metrics["compressed.test_auc"] == pytest.approx(packed["test_auc"])
+    assert stages["final"].data.metrics["frontier.int8.bytes"] == packed["frontier"][2]["bytes"]
+    assert "bytes vs AUC" in report.read_text()
     assert parent.data.tags["salience.report"] == str(report.resolve())
     # the fits of a stage nest under that stage's run
     fits = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == stages["selection"].info.run_id]

@@ -163,9 +163,22 @@ def test_compress_fits_the_budget_exports_the_plan_and_refuses_an_impossible_one
     exported = json.loads((out / "export" / "schema.json").read_text())["embedding_precision"]
     assert exported["tables"] == plan["tables"] and exported["bytes"] == plan["bytes"]
     assert "test AUC" in capsys.readouterr().out
+    # the frontier: every uniform precision and the plan, each model's test split read once
+    frontier = {p["technique"]: p for p in plan["frontier"]}
+    assert list(frontier) == ["fp32", "fp16", "int8", "int4", "search"] and (out / "frontier.png").is_file()
+    assert frontier["search"]["bytes"] == plan["bytes"] and frontier["search"]["test_auc"] == plan["test"]["plan"]["auc"]
+    assert frontier["int4"]["bytes"] < frontier["int8"]["bytes"] < frontier["fp16"]["bytes"] < frontier["fp32"]["bytes"]
     with pytest.raises(SystemExit):
         salience(["compress", "--checkpoint", ckpt, "--config", config, "--budget", "0.01x", "--output", str(tmp_path / "x")])
     assert "below the smallest model these tables allow" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        salience(["compress", "--checkpoint", ckpt, "--config", config, "--output", str(tmp_path / "x")])
+    assert "--tolerance" in capsys.readouterr().err
+    # a tolerance alone: as small as it allows, never below fp32's validation AUC by more
+    tol = tmp_path / "t"
+    assert salience(["compress", "--checkpoint", ckpt, "--config", config, "--tolerance", "0.0", "--output", str(tol)]) == 0
+    by_tol = json.loads((tol / "plan.json").read_text())
+    assert by_tol["val"]["plan_auc"] >= by_tol["val"]["fp32_auc"] and by_tol["budget_bytes"] is None
 
 
 def test_same_seed_same_metrics(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
