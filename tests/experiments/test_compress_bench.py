@@ -12,12 +12,13 @@ def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: 
     overrides = ["--override=--data.reader.init_args.n_rows=3000", "--override=--data.batch_size=256",
                  "--override=--model.backbone.init_args.deep_mlp=[16]"]
     assert compress.main(["--datasets", "synthetic", "--seeds", "2", "--quick", *overrides, "--output-dir", str(tmp_path),
-                          "--techniques", "fp32,fp16,int8,int4,qr,hash+int8,budget", "--budget", "0.3"]) == 0
+                          "--techniques", "fp32,fp16,int8,int4,half+int4,qr,hash+int8,budget", "--budget", "0.3"]) == 0
     result = json.loads((tmp_path / "compress.json").read_text())
     s = result["datasets"]["synthetic"]["summary"]
     assert [s[p]["bytes_ratio"] for p in compress.PRECISIONS][0] == 1.0
     ratios = [s[p]["bytes_ratio"] for p in compress.PRECISIONS]
     assert s["qr"]["bytes_ratio"] < 0.6 and s["hash+int8"]["bytes_ratio"] < s["qr"]["bytes_ratio"] / 2  # fewer rows, then int8
+    assert s["half+int4"]["bytes_ratio"] < s["int4"]["bytes_ratio"]  # the halved dims at int4: fewer bytes than int4 alone
     rows = result["datasets"]["synthetic"]["runs"][0]["embedding_rows"]
     assert rows["qr"] and all(v["scheme"] == "qr" for v in rows["qr"].values()) and set(rows["hash"]) == set(rows["qr"])
     assert ratios == sorted(ratios, reverse=True) and ratios[1] == 0.5  # fp16 is half; int8, int4 smaller still
@@ -25,7 +26,7 @@ def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: 
     runs = result["datasets"]["synthetic"]["runs"]
     for r in runs:  # the budget search fits its plan under 0.3 x the uniform-16 fp32 bytes
         assert r["techniques"]["budget"]["embedding_bytes"] <= r["budget"]["budget_bytes"]
-        assert r["budget"]["chosen_scheme"] in ("full", "qr", "hash") and r["budget"]["validation_passes"] > 3
+        assert r["budget"]["chosen_scheme"] in compress.SCHEMES and r["budget"]["validation_passes"] > 3
     assert all(set(r["techniques"]["int8"]["latency_ms"]) == {"1", "1024"} for r in runs)
     assert len(s["chosen_on_validation"]["techniques"]) == 2
     assert "int8 within 0.0005 test AUC of fp32" in result["datasets"]["synthetic"]["verdicts"]
