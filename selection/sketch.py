@@ -134,7 +134,7 @@ class MisraGries:
         new = np.ones(len(chunk), dtype=bool)  # the chunk's values without a counter yet
         old_counts = old.to_numpy(dtype=np.int64)
         if len(old) and len(chunk):
-            pos = counts.index.get_indexer(old.index)  # -1: not in this chunk
+            pos = _positions(counts.index, old.index)  # -1: not in this chunk
             old_na = np.asarray(old.index.isna())
             if old_na.any():  # a missing value finds the chunk's, whichever NA each holds
                 pos[old_na] = np.flatnonzero(na)[0] if na.any() else -1
@@ -168,3 +168,19 @@ class MisraGries:
     def error_bound(self) -> float:
         """Most rows any kept count can miss."""
         return (self.rows - float(self.counts.sum())) / (self.k + 1)
+
+
+def _positions(index: pd.Index, values: pd.Index) -> np.ndarray:
+    """Position in ``index`` (unique) of each of ``values``, -1 where absent. A few values (the
+    kept counters) are found by comparison: ``get_indexer`` would first hash the whole index."""
+    if len(values) > 32:
+        return np.asarray(index.get_indexer(values), dtype=np.int64)
+    keys = pd.Series(index, copy=False)
+    out = np.full(len(values), -1, dtype=np.int64)
+    for i, v in enumerate(values):
+        if pd.isna(v):
+            continue  # missing values are matched by the caller
+        hit = np.flatnonzero(keys.eq(v).fillna(False).to_numpy(dtype=bool))
+        if hit.size:
+            out[i] = hit[0]
+    return out
