@@ -576,6 +576,11 @@ class LeAP(ImportanceMethod):
         fusion: how the final gates are combined with OutRank's relevance on the training rows
             (the leakage screen computes it anyway): ``product`` (:func:`product_fusion`),
             ``borda`` (:func:`borda_fusion`) or ``none`` (the gates alone).
+        copy_threshold: [INF] a feature that copies one ranked above it (each determines the
+            other to this share of its own corrected score on a batch of training rows:
+            :func:`~selection.outrank_scoring.redundant_features`, e.g. a relabelled id or a
+            rescaled price) is ranked after every other feature, flagged ``copy`` (its source in
+            ``extras["copies"]``): a top-k keeps one of the two. 0 turns it off.
 
     The report: score = final gate s_f (after the last training step) fused with relevance
     (:func:`fuse`; the gates and relevance in ``extras["gates"]``, ``extras["relevance"]``), width = seam width,
@@ -601,6 +606,7 @@ class LeAP(ImportanceMethod):
     gate_data: LeAPGateData = LeAPGateData.TRAIN
     controller_every: int = 1
     fusion: LeAPFusion = LeAPFusion.PRODUCT
+    copy_threshold: float = 0.9
 
     def __post_init__(self) -> None:
         self.regularizer = LeAPRegularizer(self.regularizer)
@@ -652,23 +658,40 @@ class LeAP(ImportanceMethod):
             relevance=relevance.relevance if fused and relevance is not None else None,
         )
         report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
+        if self.copy_threshold > 0:
+            from selection.outrank_scoring import redundant_features
+
+            report = report.demoted(redundant_features(recipe.raw_split("train"), report.ranking, self.copy_threshold))
+            report.cost_seconds = time.perf_counter() - start
         return report
 
-    def refuse(self, report: ImportanceReport, fusion: LeAPFusion | str) -> ImportanceReport:
+    def refuse(self, report: ImportanceReport, fusion: LeAPFusion | str, copies: bool = True) -> ImportanceReport:
         """``report`` (this method's, with ``extras["gates"]`` and ``extras["relevance"]``)
-        ranked under another ``fusion``, without a second fit: same cost, same extras."""
+        ranked under another ``fusion``, without a second fit: same cost, same extras; the
+        copies ``report`` demoted are demoted again unless ``copies`` is False."""
         fusion = LeAPFusion(fusion)
         gates, relevance = report.extras.get("gates"), report.extras.get("relevance")
         if gates is None or relevance is None:
             raise ValueError("refuse needs a LeAP report with its gates and relevance (LeAP(fusion != 'none').rank)")
         widths = {f.feature: f.width for f in report.features}
         kinds = {f.feature: f.kind for f in report.features}
-        flags = {f.feature: tuple(f.flags) for f in report.features if f.flags}
-        return ImportanceReport.from_scores(
+        flags = {f.feature: tuple(x for x in f.flags if x != "copy") for f in report.features if f.flags}
+        pairs = dict(report.extras.get("copies") or {})
+        out = ImportanceReport.from_scores(
             self.name, fuse(gates, relevance, fusion), widths=widths, kinds=kinds, flags=flags,
-            config=self.describe() | {"fusion": fusion.value}, cost_seconds=report.cost_seconds, dataset=report.dataset,
-            excluded=dict(report.excluded), extras=dict(report.extras),
+            config=self.describe() | {"fusion": fusion.value, "copy_threshold": self.copy_threshold if copies else 0.0},
+            cost_seconds=report.cost_seconds, dataset=report.dataset, excluded=dict(report.excluded),
+            extras={k: v for k, v in report.extras.items() if k != "copies"},
         )
+        if not copies or not pairs:
+            return out
+        rank = {n: i for i, n in enumerate(out.ranking)}
+        lower = {}  # of each copied pair, the one this ranking puts lower goes after the rest
+        for f, source in pairs.items():
+            if f in rank and source in rank:
+                lo, hi = (f, source) if rank[f] > rank[source] else (source, f)
+                lower[lo] = hi
+        return out.demoted(lower)
 
     def report(
         self,

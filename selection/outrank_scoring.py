@@ -500,3 +500,42 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
         acc.add(cols, start, stop, label, start)
     return acc.finish({s.name: s.kind.value for s in specs}, constant, all_missing, near_constant, pairs,
                       time.perf_counter() - t0)
+
+
+def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9, rows: int = 2**14,
+                       dense_bins: int | None = 32) -> dict[str, str]:
+    """Features of ``ranking`` that (nearly) copy a feature ranked above them -> that feature.
+
+    Walking the ranking down, feature j is redundant with an earlier kept feature i when the
+    corrected score of j grouped by i reaches ``threshold`` x j's score grouped by itself:
+    ``S(x_j; x_i) >= threshold * S(x_j; x_j)`` (:func:`~selection.mutual_info.outrank_score`,
+    rotation null), i.e. i determines j as well as j does itself (a relabelled copy, a rescaled
+    dense column). The null's correction keeps an ID-like i (a distinct value in nearly every
+    row, which "determines" anything in a sample) from claiming every feature. Read on the
+    first ``rows`` rows of ``raw``; at most ``len(ranking)^2 / 2`` scores.
+
+    Args:
+        raw: raw rows (its schema names the features' kinds).
+        ranking: feature names, most important first (names not in ``raw`` are skipped).
+        threshold: the share of its own score a feature must keep to be a copy.
+        rows: rows read.
+        dense_bins: quantile bins of a many-valued dense column (as OutRank's encoding).
+    """
+    specs = {s.name: s for s in raw.schema.features}
+    frame = raw.frame.iloc[:rows]
+    codes = {f: _compact(encode_column(frame[f], specs[f], dense_bins).codes) for f in ranking if f in specs}
+    own = {f: outrank_score(c, c, NullModel.ROTATION) for f, c in codes.items()}
+
+    def copies(f: str, g: str) -> bool:  # each determines the other
+        return (own[f] > 0 and own[g] > 0 and outrank_score(codes[f], codes[g], NullModel.ROTATION) >= threshold * own[f]
+                and outrank_score(codes[g], codes[f], NullModel.ROTATION) >= threshold * own[g])
+
+    kept: list[str] = []
+    out: dict[str, str] = {}
+    for f in codes:
+        source = next((g for g in kept if copies(f, g)), None)
+        if source is None:
+            kept.append(f)
+        else:
+            out[f] = source
+    return out

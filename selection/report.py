@@ -334,6 +334,21 @@ class ImportanceReport:
     def with_method(self, method: str) -> ImportanceReport:
         return replace(self, method=method)
 
+    def demoted(self, features: Mapping[str, str], flag: str = "copy", key: str = "copies") -> ImportanceReport:
+        """These ranked features (-> why, e.g. the feature they copy) moved after all the others,
+        in their own order, flagged ``flag``; ``extras[key]`` records them. Their scores are
+        lowered by (score range + 1) so that scores still fall with rank."""
+        moved = [f for f in self.features if f.feature in features]
+        if not moved:
+            return self
+        finite = [f.score for f in self.features if math.isfinite(f.score)]
+        shift = (max(finite) - min(finite) + 1.0) if finite else 0.0
+        kept = [f for f in self.features if f.feature not in features]
+        rows = [replace(f, rank=i + 1) for i, f in enumerate(kept)]
+        rows += [replace(f, rank=len(kept) + i + 1, score=f.score - shift, flags=(*f.flags, flag)) for i, f in enumerate(moved)]
+        extras = {**self.extras, key: {f.feature: features[f.feature] for f in moved}}
+        return replace(self, features=rows, extras=extras)
+
 
 #: the shared converter, under the name :mod:`selection.curve` imports
 _plain = plain

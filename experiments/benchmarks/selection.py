@@ -146,20 +146,22 @@ class _Refused:
     """An ablation row of LeAP's fusion: the ``source`` row's report (ranked just before, on the
     same recipe) re-ranked under ``fusion`` without a second fit (``LeAP.refuse``)."""
 
-    def __init__(self, source: _Remembered, fusion: Any) -> None:
+    def __init__(self, source: _Remembered, fusion: Any, copies: bool = True) -> None:
         self.source = source
         self.fusion = fusion
+        self.copies = copies
 
     def rank(self, recipe: Any) -> Any:
         if self.source.last is None:
             raise RuntimeError("the LeAP row must be ranked before its fusion ablations")
-        return self.source.method.refuse(self.source.last, self.fusion)
+        return self.source.method.refuse(self.source.last, self.fusion, copies=self.copies)
 
 
 def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False) -> None:
     """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``, after ``leap``):
-    every other fusion of the gates with OutRank's relevance (``none``: the gates alone),
-    re-ranking LeAP's own fit, and, with ``regularizer``, the other regulariser (a fit of its own)."""
+    every other fusion of the gates with OutRank's relevance (``none``: the gates alone) and the
+    ranking without demoting copies (``copies=off``), re-ranking LeAP's own fit, and, with
+    ``regularizer``, the other regulariser (a fit of its own)."""
     from selection import LeAP, LeAPFusion, LeAPRegularizer
 
     if "leap" not in methods or quick:
@@ -170,6 +172,8 @@ def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer
         for fusion in LeAPFusion:
             if fusion is not default.fusion:
                 methods[f"leap[fusion={fusion.value}]"] = _Refused(source, fusion)
+        if default.copy_threshold > 0:
+            methods["leap[copies=off]"] = _Refused(source, default.fusion, copies=False)
     if regularizer:
         other = (LeAPRegularizer.PENALTY_SCALING if default.regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION
                  else LeAPRegularizer.GRADIENT_NORMALIZATION)

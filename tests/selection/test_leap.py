@@ -389,10 +389,21 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     report = LeAP(tracking=False).rank(recipe)
     truth = GroundTruth.from_dict(recipe.schema.extras["ground_truth"])
     gates = report.extras["gates"]
-    # the ranking fuses the gates with OutRank's relevance of the training rows
-    assert report.scores == pytest.approx(product_fusion(gates, report.extras["relevance"]))
-    alone = LeAP().refuse(report, "none")  # another fusion re-ranks the same fit
+    # the ranking fuses the gates with OutRank's relevance of the training rows, then moves the
+    # lower of each planted copy pair (a relabelled user_id, price in cents) after the rest
+    fused = product_fusion(gates, report.extras["relevance"])
+    copies = report.extras["copies"]
+    assert {frozenset(pair) for pair in copies.items()} == {frozenset({"user_id", "user_id_copy"}),
+                                                           frozenset({"price", "price_cents"})}
+    assert set(report.ranking[-2:]) == set(copies) and all("copy" in report[f].flags for f in copies)
+    assert {f: v for f, v in report.scores.items() if f not in copies} == pytest.approx(
+        {f: v for f, v in fused.items() if f not in copies})
+    plain = LeAP().refuse(report, "product", copies=False)  # the ablation: the fused ranking as it was
+    assert plain.scores == pytest.approx(fused) and "copies" not in plain.extras and plain.config["copy_threshold"] == 0
+    alone = LeAP().refuse(report, "none", copies=False)  # another fusion re-ranks the same fit
     assert alone.scores == pytest.approx(gates) and alone.cost_seconds == report.cost_seconds
+    again = LeAP().refuse(report, "none")  # and demotes the lower of each copied pair in its own ranking
+    assert set(again.ranking[-2:]) == set(again.extras["copies"]) and len(again.extras["copies"]) == 2
     assert alone.config["fusion"] == "none" and {f.feature: f.width for f in alone.features} == {
         f.feature: f.width for f in report.features}
     assert report.extras["relevance"]["item_id"] > report.extras["relevance"]["noise_c2"]

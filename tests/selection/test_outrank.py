@@ -467,3 +467,32 @@ def test_rank_reads_only_the_training_split() -> None:
     recipe = FakeRecipe()
     report = OutRank(progress=False).rank(recipe)  # type: ignore[arg-type]
     assert recipe.splits == ["train"] and report.dataset == "fake" and report.ranking[0] == "good"
+
+
+def test_redundant_features_finds_the_planted_copies_and_not_id_like_noise() -> None:
+    """The lower of each mutual copy (a relabelled id, a rescaled price) is named with its source;
+    a feature merely determined by another (the user's attributes by user_id) and ID-like
+    noise (a distinct value in most rows of the batch, which "determines" anything) are not."""
+    from recsys.data.synthetic import SyntheticReader
+    from selection.outrank_scoring import redundant_features
+
+    raw = SyntheticReader(n_rows=20_000, seed=0, cardinality_scale=0.05).read()
+    names = list(raw.schema.names)
+    assert redundant_features(raw, names) == {"user_id_copy": "user_id", "price_cents": "price"}
+    assert redundant_features(raw, names[::-1]) == {"user_id": "user_id_copy", "price": "price_cents"}
+    frame = raw.frame.copy()
+    n = len(frame)
+    frame["row_id"] = np.arange(n).astype(str)  # unique per row: determines every column of the sample
+    frame["row_id_2"] = (np.arange(n) * 7 % n).astype(str)  # and a relabelling of it
+    frame["user_group"] = frame["user_id"].astype(str).str[:-1]  # a function of user_id, not a copy of it
+    from recsys.data.raw import RawData
+    from recsys.data.schema import FeatureKind, FeatureSpec
+
+    from dataclasses import replace
+
+    schema = replace(raw.schema, features=(*raw.schema.features, *(FeatureSpec(c, FeatureKind.CATEGORICAL)
+                                                                   for c in ("row_id", "row_id_2", "user_group"))))
+    wider = RawData(frame, schema, raw.report)
+    found = redundant_features(wider, ["row_id", "row_id_2", "user_id", "user_group", *names])
+    assert found == {"user_id_copy": "user_id", "price_cents": "price"}
+    assert redundant_features(wider, names, threshold=1.01) == {}  # nothing keeps more than its own score

@@ -169,3 +169,16 @@ def test_report_files_written_before_the_shared_helper_still_load(tmp_path: Path
     (tmp_path / "new_format.json").write_text(json.dumps({**r.to_dict(), "format_version": 9}))
     with pytest.raises(ValueError, match=r"new_format\.json: report format 9 is newer than this Salience reads"):
         ImportanceReport.load(tmp_path / "new_format.json")
+
+
+def test_demoted_moves_features_after_the_rest_keeping_scores_falling() -> None:
+    report = ImportanceReport.from_scores("m", {"a": 0.9, "b": 0.8, "c": 0.5, "d": 0.1}, flags={"b": ("x",)})
+    moved = report.demoted({"b": "a"})
+    assert moved.ranking == ["a", "c", "d", "b"] and [f.rank for f in moved.features] == [1, 2, 3, 4]
+    scores = [f.score for f in moved.features]
+    assert scores == sorted(scores, reverse=True) and moved["b"].score == pytest.approx(0.8 - (0.9 - 0.1 + 1.0))
+    assert moved["b"].flags == ("x", "copy") and moved.extras["copies"] == {"b": "a"}
+    assert report.ranking == ["a", "b", "c", "d"] and "copies" not in report.extras  # the original is unchanged
+    assert report.demoted({}) is report and report.demoted({"zz": "a"}) is report
+    two = report.demoted({"a": "x", "c": "y"})
+    assert two.ranking == ["b", "d", "a", "c"]  # the moved keep their own order
