@@ -25,6 +25,7 @@ bytes, the variant keeping the most validation AUC chosen. Dims are the config's
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import statistics
 import sys
@@ -286,6 +287,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"Command: `{result['command'].strip()}`  ",
         f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
         f"seeds: {result['seeds']}; choice tolerance on validation AUC: {result['tolerance']}.",
+        *[f"Rows of {name} measured by `{d['command'].strip()}` (kept with `--merge`)."
+          for name, d in result["datasets"].items() if d.get("command") and d["command"] != result["command"]],
         "",
         "Each seed trains the dataset's DCNv2 config with full tables, with every sparse dim halved (half: 16 -> 8), "
         f"and (for qr / hash) once more with every "
@@ -370,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--override", action="append", default=[],
                         help="a `salience fit` argument applied to every fit, e.g. --override=--data.batch_size=512")
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the datasets of the existing result that this run does not measure (each with its command)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONFIGS]
@@ -383,6 +388,22 @@ def main(argv: list[str] | None = None) -> int:
 
     result: dict[str, Any] = {**result_header("compress", argv, args.quick, TARGETS), "seeds": args.seeds,
                               "tolerance": args.tolerance, "datasets": {}}
+    out = args.output_dir.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    earlier: dict[str, Any] = {}
+    if args.merge and (out / "compress.json").is_file():
+        previous = json.loads((out / "compress.json").read_text())
+        earlier = {k: {**v, "command": v.get("command", previous.get("command"))}
+                   for k, v in previous.get("datasets", {}).items() if k not in names}
+
+    def write() -> str:  # after every dataset: a stopped run keeps the datasets it finished
+        result["datasets"] = {**earlier, **{k: v for k, v in result["datasets"].items() if k not in earlier}}
+        atomic_write_json(out / "compress.json", result, default=str)
+        md = to_markdown(result)
+        atomic_write_text(out / "compress.md", md)
+        plot(result, out / "compress.png")
+        return md
+
     with isolated_workdir("salience-compress-") as work:
         for name in names:
             runs = []
@@ -394,14 +415,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{t} test AUC {runs[-1]['techniques'][t]['test']['auc']:.4f}" for t in techniques), flush=True)
             summary = summarize(runs, args.tolerance)
             result["datasets"][name] = {"config": CONFIGS[name], "runs": runs, "summary": summary,
-                                        "verdicts": verdicts(summary, runs)}
-    out = args.output_dir.resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    atomic_write_json(out / "compress.json", result, default=str)
-    md = to_markdown(result)
-    atomic_write_text(out / "compress.md", md)
-    plot(result, out / "compress.png")
-    print(md)
+                                        "verdicts": verdicts(summary, runs), "command": result["command"]}
+            write()
+    print(write())
     return 0
 
 

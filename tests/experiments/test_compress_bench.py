@@ -11,9 +11,16 @@ from experiments.benchmarks import compress
 def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: Path) -> None:
     overrides = ["--override=--data.reader.init_args.n_rows=3000", "--override=--data.batch_size=256",
                  "--override=--model.backbone.init_args.deep_mlp=[16]"]
+    committed = json.loads((compress.RESULTS / "compress.json").read_text())
+    (tmp_path / "compress.json").write_text(json.dumps(committed))  # --merge keeps its datasets
     assert compress.main(["--datasets", "synthetic", "--seeds", "2", "--quick", *overrides, "--output-dir", str(tmp_path),
-                          "--techniques", "fp32,fp16,int8,int4,half+int4,qr,hash+int8,budget", "--budget", "0.3"]) == 0
+                          "--techniques", "fp32,fp16,int8,int4,half+int4,qr,hash+int8,budget", "--budget", "0.3",
+                          "--merge"]) == 0
     result = json.loads((tmp_path / "compress.json").read_text())
+    kept = set(committed["datasets"]) - {"synthetic"}
+    assert set(result["datasets"]) == kept | {"synthetic"} and kept
+    assert all(result["datasets"][k]["runs"] == committed["datasets"][k]["runs"] for k in kept)
+    assert all(result["datasets"][k]["command"] for k in kept) and "kept with `--merge`" in (tmp_path / "compress.md").read_text()
     s = result["datasets"]["synthetic"]["summary"]
     assert [s[p]["bytes_ratio"] for p in compress.PRECISIONS][0] == 1.0
     ratios = [s[p]["bytes_ratio"] for p in compress.PRECISIONS]
