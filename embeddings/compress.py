@@ -43,8 +43,8 @@ from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan, emb
 from recsys.models.base import RankingModel, SparseArch, table_configs_for
 
 __all__ = [
-    "CompressResult", "compress_main", "parse_budget", "plot_frontier", "precision_frontier", "search_precisions",
-    "uniform_bytes", "uniform_plan",
+    "CompressResult", "Compressed", "compress_and_export", "compress_main", "parse_budget", "plot_frontier",
+    "precision_frontier", "search_precisions", "uniform_bytes", "uniform_plan",
 ]
 
 #: the precisions a table steps down through
@@ -146,19 +146,19 @@ def search_precisions(arch: SparseArch, budget: int | None, score: Callable[[Pre
         t = min(cache, key=lambda k: cache[k][0] / max(cache[k][1], 1))
         _, saved = cache.pop(t)  # the others keep their scores: a table's loss barely depends on the rest
         ladder = ladders[t]
-        current[t] = ladder[ladder.index(current[t]) + 1]
-        total -= saved
+        before = current[t]
+        current[t] = ladder[ladder.index(before) + 1]
         stepped = score(PrecisionPlan(dict(current)))
         result.evaluations += 1
-        if tolerance is not None and stepped < base - tolerance:  # too much lost: undo, keep this table
-            current[t] = ladder[ladder.index(current[t]) - 1]
-            total += saved
+        undone = tolerance is not None and stepped < base - tolerance  # too much lost: this table keeps `before`
+        result.trace.append({"table": t, "precision": current[t].value, "bytes": total - saved, "val_auc": stepped,
+                             **({"undone": True} if undone else {})})
+        if undone:
+            current[t] = before
             closed.add(t)
-            result.trace.append({"table": t, "precision": ladder[ladder.index(current[t]) + 1].value,
-                                 "bytes": total - saved, "val_auc": stepped, "undone": True})
             continue
+        total -= saved
         auc = stepped
-        result.trace.append({"table": t, "precision": current[t].value, "bytes": total, "val_auc": auc})
     result.plan, result.bytes, result.val_auc = PrecisionPlan(dict(current)), total, auc
     return result
 
@@ -193,14 +193,59 @@ def precision_frontier(model: RankingModel, val: Any, test: Any, result: Compres
     assert isinstance(arch, SparseArch)
     points = []
     plans = {p.value: uniform_plan(arch, p) for p in LADDER}
+    known = {"search": result.val_auc, "fp32": result.fp32_val_auc}
     for name, plan in [*plans.items(), ("search", result.plan)]:
         quantized = quantize_model(model, plan)
-        known = {"search": result.val_auc, "fp32": result.fp32_val_auc}
         val_auc = known[name] if name in known else evaluate(quantized, val)["auc"]
         on_test = fp32_test if name == "fp32" and fp32_test is not None else evaluate(quantized, test)
         points.append({"technique": name, "bytes": embedding_bytes(arch, plan), "val_auc": val_auc,
                        "test_auc": on_test["auc"], "test_logloss": on_test["logloss"], "tables": plan.to_dict()})
     return points
+
+
+@dataclass
+class Compressed:
+    """What :func:`compress_and_export` found and wrote."""
+
+    result: CompressResult
+    frontier: list[dict[str, Any]]
+    export_dir: Path
+    parity_max_abs_diff: float | None
+
+    def point(self, technique: str) -> dict[str, Any]:
+        """The frontier point of ``technique`` (``fp32`` ... ``int4``, ``search``)."""
+        return next(p for p in self.frontier if p["technique"] == technique)
+
+
+def compress_and_export(model: RankingModel, preprocessor: Any, val: Any, test: Any, output_dir: str | Path, *,
+                        budget: int | None = None, tolerance: float | None = None,
+                        fp32_test: dict[str, float] | None = None, metadata: dict[str, Any] | None = None,
+                        parity: bool = True) -> Compressed:
+    """The search (:func:`search_precisions`, scored on ``val``), its frontier
+    (:func:`precision_frontier`) and the quantized export in ``output_dir``, checked against the
+    eager quantized model in a fresh process unless ``parity`` is False: what ``salience
+    compress`` and the pipeline's compression step run.
+
+    Raises:
+        PrecisionError: the budget is below the smallest plan the tables allow.
+        ValueError: the model has no embedding tables.
+    """
+    from recsys.data.batching import random_batch
+    from recsys.export import check_parity_in_fresh_process, export_model
+    from recsys.export.quantize import quantize_model
+    from recsys.train.evaluation import evaluate
+
+    arch = model.sparse_arch
+    if not isinstance(arch, SparseArch):
+        raise ValueError("the model has no embedding tables to compress")
+    result = search_precisions(arch, budget, lambda plan: evaluate(quantize_model(model, plan), val)["auc"], tolerance)
+    frontier = precision_frontier(model, val, test, result, fp32_test)
+    export = export_model(model, preprocessor, output_dir, precision=result.plan.to_dict(), metadata=metadata)
+    diff = None
+    if parity:
+        batches = [random_batch(preprocessor.fitted_schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
+        diff = check_parity_in_fresh_process(export.output_dir, quantize_model(model, result.plan), batches)
+    return Compressed(result, frontier, Path(export.output_dir), diff)
 
 
 def plot_frontier(points: Sequence[dict[str, Any]], trace: Sequence[dict[str, Any]] = (), title: str = "") -> Any:
@@ -246,20 +291,16 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-parity", action="store_true", help="skip the export's fresh-process parity check")
     args = parser.parse_args(argv)
 
-    from recsys.export import check_parity_in_fresh_process, export_model, to_plain_kernel
-    from recsys.export.quantize import quantize_model
+    from recsys.export import to_plain_kernel
     from recsys.io import atomic_write_json
     from recsys.train.checkpoint import load_checkpoint
-    from recsys.train.evaluation import evaluate
     from recsys.train.recipe import Recipe
 
     loaded = load_checkpoint(args.checkpoint)
     model: RankingModel = to_plain_kernel(loaded.model.eval())
-    arch = model.sparse_arch
-    if not isinstance(arch, SparseArch):
+    if not isinstance(model.sparse_arch, SparseArch):
         parser.error(f"{args.checkpoint}: the model has no embedding tables to compress")
-    schema = loaded.preprocessor.fitted_schema
-    reference = uniform_bytes(schema)
+    reference = uniform_bytes(loaded.preprocessor.fitted_schema)
     if args.budget is None and args.tolerance is None:
         parser.error("give --budget (0.1x or 2MB), --tolerance (validation AUC, e.g. 0.001), or both")
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -273,27 +314,17 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
     if val is None or test is None:
         parser.error(f"{args.config}: compress chooses on the validation split and reports the test split; the config lacks one")
 
-    def score(plan: PrecisionPlan) -> float:
-        return evaluate(quantize_model(model, plan), val)["auc"]
-
     start = time.perf_counter()
-    try:
-        result = search_precisions(arch, budget, score, args.tolerance)
+    out = Path(args.output)
+    try:  # the test split is read once per model of the frontier
+        done = compress_and_export(model, loaded.preprocessor, val, test, out / "export", budget=budget,
+                                   tolerance=args.tolerance, parity=not args.no_parity,
+                                   metadata={"checkpoint": str(args.checkpoint), "budget": args.budget,
+                                             "tolerance": args.tolerance})
     except PrecisionError as e:
         parser.error(str(e))
-    chosen = quantize_model(model, result.plan)
-    frontier = precision_frontier(model, val, test, result)  # the test split, read once per model
-    by_name = {p["technique"]: p for p in frontier}
-    test_fp32, test_plan = ({"auc": by_name[n]["test_auc"], "logloss": by_name[n]["test_logloss"]} for n in ("fp32", "search"))
-    out = Path(args.output)
-    export = export_model(model, loaded.preprocessor, out / "export", precision=result.plan.to_dict(),
-                          metadata={"checkpoint": str(args.checkpoint), "budget": args.budget, "tolerance": args.tolerance})
-    parity = None
-    if not args.no_parity:
-        from recsys.data.batching import random_batch
-
-        batches = [random_batch(schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
-        parity = check_parity_in_fresh_process(export.output_dir, chosen, batches)
+    result, frontier, parity = done.result, done.frontier, done.parity_max_abs_diff
+    test_fp32, test_plan = ({"auc": done.point(n)["test_auc"], "logloss": done.point(n)["test_logloss"]} for n in ("fp32", "search"))
     record = {
         "budget": args.budget, "budget_bytes": budget, "tolerance": args.tolerance, "budget_met": result.bytes <= result.budget,
         "uniform16_fp32_bytes": reference,
@@ -303,7 +334,7 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
         "val": {"fp32_auc": result.fp32_val_auc, "plan_auc": result.val_auc},
         "test": {"fp32": test_fp32, "plan": test_plan, "auc_change": test_plan["auc"] - test_fp32["auc"]},
         "trace": result.trace, "validation_passes": result.evaluations, "frontier": frontier,
-        "seconds": round(time.perf_counter() - start, 1), "export": str(export.output_dir), "parity_max_abs_diff": parity,
+        "seconds": round(time.perf_counter() - start, 1), "export": str(done.export_dir), "parity_max_abs_diff": parity,
     }
     atomic_write_json(out / "plan.json", record)
     from recsys.io import atomic_savefig
@@ -322,5 +353,5 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
           f"test AUC {test_plan['auc']:.5f} vs fp32 {test_fp32['auc']:.5f} (change {test_plan['auc'] - test_fp32['auc']:+.5f})")
     if parity is not None:
         print(f"parity (fresh process): max |eager - exported| = {parity:.2e}")
-    print(f"plan: {out / 'plan.json'}; frontier: {out / 'frontier.png'}; export: {export.output_dir}")
+    print(f"plan: {out / 'plan.json'}; frontier: {out / 'frontier.png'}; export: {done.export_dir}")
     return 0

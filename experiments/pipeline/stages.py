@@ -347,44 +347,36 @@ def _fit_and_measure(ctx: StageContext, config: Any, name: str) -> dict[str, Any
 
 def _compress(ctx: StageContext, fit: Any, latency_rows: EncodedData) -> dict[str, Any]:
     """The final model's per-table embedding precision, searched on validation rows within
-    ``compress.auc_tolerance`` (:func:`embeddings.compress.search_precisions`), its frontier
-    (uniform precisions and the plan; each model's test split read once), and its export."""
-    from embeddings.compress import parse_budget, plot_frontier, precision_frontier, search_precisions, uniform_bytes
-    from recsys.data.batching import random_batch
-    from recsys.export import check_parity_in_fresh_process, export_model, to_plain_kernel
-    from recsys.export.quantize import embedding_bytes, quantize_model
+    ``compress.auc_tolerance``, its frontier (uniform precisions and the plan; each model's test
+    split read once) and its export (:func:`embeddings.compress.compress_and_export`)."""
+    from embeddings.compress import compress_and_export, parse_budget, plot_frontier, uniform_bytes
+    from recsys.export import to_plain_kernel
     from recsys.models.base import SparseArch
-    from recsys.train.evaluation import evaluate
 
     cfg, cmp = ctx.config.compress, ctx.config.compare
     dm = fit.datamodule
-    schema = dm.preprocessor.fitted_schema
     model = to_plain_kernel(fit.task.model.eval())
-    arch = model.sparse_arch
-    if not isinstance(arch, SparseArch):
+    if not isinstance(model.sparse_arch, SparseArch):
         raise StageError("compress: the final model has no embedding tables to quantize")
-    reference = uniform_bytes(schema)
+    reference = uniform_bytes(dm.preprocessor.fitted_schema)
     budget = parse_budget(cfg.budget, reference) if cfg.budget is not None else None
     val = dm.sample_rows("val", cfg.eval_rows, seed=ctx.config.seed)
     start = time.perf_counter()
-    result = search_precisions(arch, budget, lambda plan: evaluate(quantize_model(model, plan), val)["auc"],
-                               cfg.auc_tolerance)
-    frontier = precision_frontier(model, val, dm.split_data("test"), result,
-                                  fp32_test={"auc": fit.metrics["test_auc"], "logloss": fit.metrics["test_logloss"]})
-    chosen = quantize_model(model, result.plan)
     export_dir = ctx.folder / "export_compressed"
-    export_model(model, dm.preprocessor, export_dir, precision=result.plan.to_dict(),
-                 metadata={"pipeline": ctx.config.name, "auc_tolerance": cfg.auc_tolerance, "budget": cfg.budget})
-    batches = [random_batch(schema, b, seed=i) for i, b in enumerate((1, 7, 300))]
-    parity = check_parity_in_fresh_process(export_dir, chosen, batches)
+    done = compress_and_export(
+        model, dm.preprocessor, val, dm.split_data("test"), export_dir, budget=budget, tolerance=cfg.auc_tolerance,
+        fp32_test={"auc": fit.metrics["test_auc"], "logloss": fit.metrics["test_logloss"]},
+        metadata={"pipeline": ctx.config.name, "auc_tolerance": cfg.auc_tolerance, "budget": cfg.budget})
+    result, frontier, parity = done.result, done.frontier, done.parity_max_abs_diff
+    assert parity is not None
     if not parity <= cmp.parity_tolerance:
         raise StageError(f"compress: the quantized export differs from the eager quantized model by {parity} > "
                          f"{cmp.parity_tolerance}")
-    search = next(p for p in frontier if p["technique"] == "search")
+    search = done.point("search")
     out = {
         "tables": result.plan.to_dict(),
         "embedding_bytes": result.bytes,
-        "fp32_embedding_bytes": embedding_bytes(arch),
+        "fp32_embedding_bytes": result.fp32_bytes,
         "uniform16_fp32_bytes": reference,
         "auc_tolerance": cfg.auc_tolerance,
         "budget": cfg.budget,
