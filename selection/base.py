@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from selection.outrank_scoring import OutRankScores
 
 __all__ = [
-    "ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage", "trained_schema",
-    "training_relevance",
+    "ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage",
+    "screen_memorisable", "trained_schema", "training_relevance", "with_memorisable_demoted",
 ]
 
 class ImportanceMethod(Registered, ABC):
@@ -77,22 +77,54 @@ def screen_leakage(recipe: Recipe, threshold: float = 0.9, scores: OutRankScores
     return (scores or training_relevance(recipe)).leakage(threshold)
 
 
+def screen_memorisable(recipe: Recipe, report: ImportanceReport) -> ImportanceReport:
+    """``report`` with the ID-like features that carry no signal beyond chance on the recipe's
+    training rows (:func:`~selection.outrank_scoring.memorisable_features`) ranked after all
+    the others (:func:`with_memorisable_demoted`).
+
+    A learned selector scores what its model fitted on the training rows, and a model fits the
+    training labels through an impression id as well as through a real signal: gates, tree
+    gains and gradient scores of such a field reward memorisation, not what generalises. This
+    is the learned selectors' shared guard (their ``id_screen`` option); the model-free OutRank
+    needs none, its null correction already scores such a field ~0.
+    """
+    from selection.outrank_scoring import memorisable_features
+
+    return with_memorisable_demoted(report, memorisable_features(recipe.raw_split("train"), report.ranking))
+
+
+def with_memorisable_demoted(report: ImportanceReport, memorisable: dict[str, str]) -> ImportanceReport:
+    """``report`` with ``memorisable`` (feature -> why) moved after every other feature, flagged
+    ``id_like``; ``extras["memorisable"]`` lists them and ``extras["unscreened_ranking"]`` keeps
+    the order before this screen."""
+    if not any(f in memorisable for f in report.ranking):
+        return report
+    out = report.demoted(memorisable, flag="id_like", key="memorisable")
+    out.extras["unscreened_ranking"] = report.ranking
+    return out
+
+
 def method_report(
     method: ImportanceMethod, recipe: Recipe, scores: dict[str, float], start: float,
-    excluded: dict[str, str] | None = None, extras: dict[str, Any] | None = None,
+    excluded: dict[str, str] | None = None, extras: dict[str, Any] | None = None, id_screen: bool = False,
 ) -> ImportanceReport:
     """The report of ``scores`` (seam fields or features of ``recipe``) for ``method``: widths and
     kinds from the recipe's schema, features without a score listed as excluded, cost counted
-    from ``start`` (a ``time.perf_counter()`` value)."""
+    from ``start`` (a ``time.perf_counter()`` value); with ``id_screen``, passed through
+    :func:`screen_memorisable`."""
     schema = trained_schema(recipe)
     widths = feature_widths(schema)
     out = dict(excluded or {})
     out.update({f: "not a seam field of the model" for f in schema.names if f not in scores and f not in out})
-    return ImportanceReport.from_scores(
+    report = ImportanceReport.from_scores(
         method.name, scores, widths={f: widths.get(f, 1) for f in scores},
         kinds={f.name: f.kind.value for f in schema.features}, config=method.describe(),
         cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, excluded=out, extras=dict(extras or {}),
     )
+    if id_screen:
+        report = screen_memorisable(recipe, report)
+        report.cost_seconds = time.perf_counter() - start
+    return report
 
 
 def trained_schema(recipe: Recipe) -> Schema:

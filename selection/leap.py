@@ -33,7 +33,10 @@ from torch import nn
 from recsys.data.schema import Schema
 from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema, training_relevance
+from selection.base import (
+    ImportanceMethod, feature_widths, screen_leakage, screen_memorisable, trained_schema, training_relevance,
+    with_memorisable_demoted,
+)
 from selection.report import ImportanceReport
 from selection.seam_selector import trained_seam
 
@@ -581,6 +584,8 @@ class LeAP(ImportanceMethod):
             :func:`~selection.outrank_scoring.redundant_features`, e.g. a relabelled id or a
             rescaled price) is ranked after every other feature, flagged ``copy`` (its source in
             ``extras["copies"]``): a top-k keeps one of the two. 0 turns it off.
+        id_screen: rank ID-like features with no signal beyond chance on the training rows
+            after all the others (:func:`~selection.base.screen_memorisable`).
 
     The report: score = final gate s_f (after the last training step) fused with relevance
     (:func:`fuse`; the gates and relevance in ``extras["gates"]``, ``extras["relevance"]``), width = seam width,
@@ -607,6 +612,7 @@ class LeAP(ImportanceMethod):
     controller_every: int = 1
     fusion: LeAPFusion = LeAPFusion.PRODUCT
     copy_threshold: float = 0.9
+    id_screen: bool = True
 
     def __post_init__(self) -> None:
         self.regularizer = LeAPRegularizer(self.regularizer)
@@ -662,29 +668,38 @@ class LeAP(ImportanceMethod):
             from selection.outrank_scoring import redundant_features
 
             report = report.demoted(redundant_features(recipe.raw_split("train"), report.ranking, self.copy_threshold))
-            report.cost_seconds = time.perf_counter() - start
+        if self.id_screen:
+            report = screen_memorisable(recipe, report)
+        report.cost_seconds = time.perf_counter() - start
         return report
 
     def refuse(self, report: ImportanceReport, fusion: LeAPFusion | str, copies: bool = True) -> ImportanceReport:
         """``report`` (this method's, with ``extras["gates"]`` and ``extras["relevance"]``)
         ranked under another ``fusion``, without a second fit: same cost, same extras; the
-        copies ``report`` demoted are demoted again unless ``copies`` is False."""
+        copies ``report`` demoted are demoted again unless ``copies`` is False, and so are its
+        ID-like features (``extras["memorisable"]``)."""
         fusion = LeAPFusion(fusion)
         gates, relevance = report.extras.get("gates"), report.extras.get("relevance")
         if gates is None or relevance is None:
             raise ValueError("refuse needs a LeAP report with its gates and relevance (LeAP(fusion != 'none').rank)")
         widths = {f.feature: f.width for f in report.features}
         kinds = {f.feature: f.kind for f in report.features}
-        flags = {f.feature: tuple(x for x in f.flags if x != "copy") for f in report.features if f.flags}
+        flags = {f.feature: tuple(x for x in f.flags if x not in ("copy", "id_like")) for f in report.features if f.flags}
+        memorisable = dict(report.extras.get("memorisable") or {})
         pairs = dict(report.extras.get("copies") or {})
         out = ImportanceReport.from_scores(
             self.name, fuse(gates, relevance, fusion), widths=widths, kinds=kinds, flags=flags,
             config=self.describe() | {"fusion": fusion.value, "copy_threshold": self.copy_threshold if copies else 0.0},
             cost_seconds=report.cost_seconds, dataset=report.dataset, excluded=dict(report.excluded),
-            extras={k: v for k, v in report.extras.items() if k != "copies"},
+            extras={k: v for k, v in report.extras.items() if k not in ("copies", "memorisable", "unscreened_ranking")},
         )
-        if not copies or not pairs:
-            return out
+        if copies and pairs:
+            out = self._copies_demoted(out, pairs)
+        return with_memorisable_demoted(out, memorisable)
+
+    @staticmethod
+    def _copies_demoted(out: ImportanceReport, pairs: dict[str, str]) -> ImportanceReport:
+        """``out`` with the lower member (in ``out``'s order) of every copied pair demoted."""
         rank = {n: i for i, n in enumerate(out.ranking)}
         lower = {}  # of each copied pair, the one this ranking puts lower goes after the rest
         for f, source in pairs.items():

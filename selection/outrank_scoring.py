@@ -19,7 +19,7 @@ import numpy as np
 
 from recsys.data.raw import RawData
 from selection.column_codes import EncodedColumn, encode_column, label_codes
-from selection.mutual_info import NullModel, distinct_count, factorize, outrank_score, pair_codes, plain_mi
+from selection.mutual_info import NullModel, distinct_count, factorize, outrank_score, pair_codes, plain_mi, rotation_significance
 
 __all__ = [
     "CONTROL_PREFIX",
@@ -31,6 +31,8 @@ __all__ = [
     "OutRankScores",
     "Ranking",
     "RedundancyScore",
+    "memorisable_features",
+    "redundant_features",
     "score_raw",
 ]
 
@@ -538,4 +540,45 @@ def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9,
             kept.append(f)
         else:
             out[f] = source
+    return out
+
+
+def memorisable_features(raw: RawData, features: Iterable[str], min_distinct_share: float = 0.1, min_z: float = 2.0,
+                         rows: int = 2**15, rotations: int = 32) -> dict[str, str]:
+    """[INF] Single-id categorical features of ``features`` that a model can memorise but that
+    show no signal beyond chance -> why.
+
+    A feature is listed when it has a distinct value in at least ``min_distinct_share`` of the
+    rows of ``raw`` (an impression or session id, a raw timestamp: few repeats, so a model fits
+    the training labels through it) and, on the first ``rows`` rows, its corrected relevance to
+    the label stands less than ``min_z`` null standard deviations above its rotation null
+    (:func:`~selection.mutual_info.rotation_significance`). An informative
+    id of the same cardinality (a user id the label depends on) stands out of its null and is
+    not listed. Multi-hot bags and dense columns are never listed: their many distinct codes
+    are combinations of a few values, not identifiers.
+
+    Args:
+        raw: raw training rows (its schema names the kinds and the label).
+        features: the features to check (names not in ``raw`` are skipped).
+        min_distinct_share: distinct values per row from which a feature counts as ID-like.
+        min_z: the z a listed feature falls short of.
+        rows: rows the relevance is scored on.
+        rotations: rotations of the null.
+    """
+    specs = {s.name: s for s in raw.schema.features}
+    names = [f for f in features if f in specs and specs[f].kind.value == "categorical"]
+    frame = raw.frame.iloc[:rows]
+    if not names or len(frame) < 2:
+        return {}
+    label = _compact(label_codes(raw, np.arange(len(frame))))
+    out: dict[str, str] = {}
+    for f in names:
+        share = distinct_count(factorize(raw.frame[f])) / len(raw.frame)
+        if share < min_distinct_share:
+            continue
+        score, z = rotation_significance(_compact(encode_column(frame[f], specs[f]).codes), label, rotations)
+        if z < min_z:
+            out[f] = (f"ID-like: {share:.0%} of {len(raw.frame):,} training rows hold a distinct value, and its relevance "
+                      f"({score:+.5f} nats on {len(frame):,} rows) is {z:+.2f} null standard deviations from chance "
+                      f"(< {min_z:g})")
     return out

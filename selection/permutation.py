@@ -49,7 +49,7 @@ from recsys.metrics import binary_auc
 from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths, screen_leakage, trained_schema
+from selection.base import ImportanceMethod, feature_widths, screen_leakage, screen_memorisable, trained_schema
 from selection.report import ImportanceReport
 
 __all__ = [
@@ -282,6 +282,8 @@ class PermutationImportance(ImportanceMethod):
         max_rows: score a seeded uniform sample of at most this many rows of the split
             (seeded by ``seed``). None: the whole split in memory, and :data:`STREAM_MAX_ROWS`
             rows of a streamed one (see the module docstring).
+        id_screen: rank ID-like features with no signal beyond chance on the training rows
+            after all the others (:func:`~selection.base.screen_memorisable`).
 
     The report: score = mean AUC drop, uncertainty = its std over the repeats, width = seam
     width, flag ``within_noise`` when the mean drop is not above two standard errors,
@@ -298,6 +300,7 @@ class PermutationImportance(ImportanceMethod):
     tracking: bool = True
     leakage_threshold: float = 0.9
     max_rows: int | None = None
+    id_screen: bool = True
 
     def __post_init__(self) -> None:
         split: str = self.split  # options from a plain dict may hold any string
@@ -343,7 +346,7 @@ class PermutationImportance(ImportanceMethod):
             },
         )
         report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
-        return report
+        return screen_memorisable(recipe, report) if self.id_screen else report
 
     def rank_model(
         self,

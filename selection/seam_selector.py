@@ -44,12 +44,15 @@ class SeamSelector(ImportanceMethod):
         leakage_threshold: features of the training rows scoring at least this x a copy of the
             label (OutRank's check) are left out of the fit and listed as excluded; 0 turns the
             screen off.
+        id_screen: rank ID-like features with no signal beyond chance on the training rows
+            after all the others (:func:`~selection.base.screen_memorisable`).
     """
 
     max_epochs: int | None = None
     seed: int = 0
     tracking: bool = True
     leakage_threshold: float = 0.9
+    id_screen: bool = True
 
     @abstractmethod
     def seam_spec(self) -> dict[str, Any]:
@@ -71,4 +74,5 @@ class SeamSelector(ImportanceMethod):
         extras.update(test_auc=fit.metrics.get("test_auc"), best_val_auc=fit.metrics.get("best_val_auc"),
                       run_id=fit.run_id, fit_seconds=fit.seconds)
         return method_report(self, recipe, scores, start,
-                             {f: f"{reason} (trained without it)" for f, reason in leaks.items()}, extras)
+                             {f: f"{reason} (trained without it)" for f, reason in leaks.items()}, extras,
+                             id_screen=self.id_screen)

@@ -128,6 +128,8 @@ class SHARK(ImportanceMethod):
         seed: seed of the fit and of the row sample.
         tracking: log the fit to MLflow.
         leakage_threshold: as in the other model-based methods (0 turns the screen off).
+        id_screen: rank ID-like features with no signal beyond chance on the training rows
+            after all the others (:func:`~selection.base.screen_memorisable`).
     """
 
     name: ClassVar[str] = "shark"
@@ -137,6 +139,7 @@ class SHARK(ImportanceMethod):
     seed: int = 0
     tracking: bool = True
     leakage_threshold: float = 0.9
+    id_screen: bool = True
 
     def rank(self, recipe: Recipe, run_name: str = "shark", parent_run_id: str | None = None) -> ImportanceReport:
         start = time.perf_counter()
@@ -151,7 +154,7 @@ class SHARK(ImportanceMethod):
         return method_report(self, recipe, scores, start, _left_out(leaks), {
             "split": split, "rows": len(data), "fit_seconds": fit.seconds, "score_seconds": time.perf_counter() - scored,
             "test_auc": fit.metrics.get("test_auc"), "best_val_auc": fit.metrics.get("best_val_auc"), "run_id": fit.run_id,
-        })
+        }, id_screen=self.id_screen)
 
 
 @dataclass
@@ -164,6 +167,8 @@ class SFS(ImportanceMethod):
         batch_size: rows per batch.
         seed: seed of the initialisation and of the row sample.
         leakage_threshold: as in the other methods (0 turns the screen off).
+        id_screen: rank ID-like features with no signal beyond chance on the training rows
+            after all the others (:func:`~selection.base.screen_memorisable`).
     """
 
     name: ClassVar[str] = "sfs"
@@ -171,6 +176,7 @@ class SFS(ImportanceMethod):
     batch_size: int = 2048
     seed: int = 0
     leakage_threshold: float = 0.9
+    id_screen: bool = True
 
     def __post_init__(self) -> None:
         if self.batches < 1 or self.batch_size < 1:
@@ -183,4 +189,5 @@ class SFS(ImportanceMethod):
         data = recipe.datamodule.sample_rows("train", self.batches * self.batch_size, seed=self.seed)
         kept = [f for f in seam_fields(model) if f not in leaks]
         scores = {f: s for f, s in sfs_scores(model, data, self.batch_size).items() if f in kept}
-        return method_report(self, recipe, scores, start, _left_out(leaks), {"rows": len(data), "batches": -(-len(data) // self.batch_size)})
+        return method_report(self, recipe, scores, start, _left_out(leaks), {"rows": len(data), "batches": -(-len(data) // self.batch_size)},
+                             id_screen=self.id_screen)

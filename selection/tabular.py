@@ -127,11 +127,14 @@ class ShallowMethod(ImportanceMethod):
         max_rows: training rows sampled (seeded, uniform; every row when the split has no more).
         seed: seed of the row sample and of the model.
         leakage_threshold: as in the model-based methods (0 turns the screen off).
+        id_screen: rank ID-like features with no signal beyond chance on the training rows
+            after all the others (:func:`~selection.base.screen_memorisable`).
     """
 
     max_rows: int = 200_000
     seed: int = 0
     leakage_threshold: float = 0.9
+    id_screen: bool = True
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
@@ -158,4 +161,5 @@ class ShallowMethod(ImportanceMethod):
         val_auc = binary_auc(self.predict(model, val), val.labels) if val is not None and len(np.unique(val.labels)) == 2 else None
         return method_report(self, recipe, scores, start,
                              {f: f"{reason} (fitted without it)" for f, reason in leaks.items()},
-                             {"train_rows": len(train), "val_rows": len(val) if val is not None else 0, "val_auc": val_auc})
+                             {"train_rows": len(train), "val_rows": len(val) if val is not None else 0, "val_auc": val_auc},
+                             id_screen=self.id_screen)

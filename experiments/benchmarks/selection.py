@@ -276,14 +276,19 @@ def run_trap(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str
             top = report.top_k(10)
             rank = {f: i + 1 for i, f in enumerate(report.ranking)}
             trapped = [f for f in top if f in id_like]
+            unscreened = [f for f in report.extras.get("unscreened_ranking", report.ranking)[:10] if f in id_like]
             entry = out["methods"].setdefault(name, {"runs": []})
-            entry["runs"].append({"seed": seed, "id_like_in_top10": trapped,
+            entry["runs"].append({"seed": seed, "id_like_in_top10": trapped, "unscreened_id_like_in_top10": unscreened,
+                                  "screened": sorted(report.extras.get("memorisable") or {}),
                                   "best_id_like_rank": min((rank[f] for f in id_like if f in rank), default=None),
                                   "informative_in_top10": sum(f in informative for f in top)})
-            print(f"[selection] trap: {name} (seed {seed}): ID-like in top 10: {trapped or '-'}", flush=True)
+            print(f"[selection] trap: {name} (seed {seed}): ID-like in top 10: {trapped or '-'} "
+                  f"(before the ID screen: {unscreened or '-'})", flush=True)
     for entry in out["methods"].values():
         entry["id_like_in_top10"] = _mean_std([len(r["id_like_in_top10"]) for r in entry["runs"]])
         entry["worst"] = max(len(r["id_like_in_top10"]) for r in entry["runs"])
+        if all("unscreened_id_like_in_top10" in r for r in entry["runs"]):
+            entry["unscreened_id_like_in_top10"] = _mean_std([len(r["unscreened_id_like_in_top10"]) for r in entry["runs"]])
     return out
 
 
@@ -484,16 +489,21 @@ def to_markdown(result: dict[str, Any]) -> str:
             "ID-like noise fields (distinct values / training rows): "
             + ", ".join(f"{n} ({v})" for n, v in trap["id_like"].items()) + ".",
             f"Target: no ID-like field in the top 10 of any learned selector. Measured by `{trap.get('command', result['command'])}`"
-            f"{_kept_rows(trap)}.",
+            f"{_kept_rows(trap)}. The learned selectors rank ID-like fields with no signal beyond chance "
+            "on the training rows last (their `id_screen`, `selection.base.screen_memorisable`); the column "
+            "before it counts them in the order the method's own scores gave.",
             "",
-            "| method | ID-like fields in top 10 | worst seed | best rank of an ID-like field | verdict |",
-            "|---|---|---|---|---|",
+            "| method | ID-like fields in top 10 | worst seed | best rank of an ID-like field | verdict | "
+            "ID-like in top 10 before the screen |",
+            "|---|---|---|---|---|---|",
         ]
         for name, m in sorted(trap["methods"].items(), key=lambda kv: kv[1]["id_like_in_top10"]["mean"]):
             ranks = [r["best_id_like_rank"] for r in m["runs"] if r["best_id_like_rank"] is not None]
             learned = name not in MODEL_FREE
             ok = ("met" if m["worst"] == 0 else "NOT met") if learned else "(model-free)"
-            lines.append(f"| {name} | {_pm(m['id_like_in_top10'], 2)} | {m['worst']} | {min(ranks) if ranks else '-'} | {ok} |")
+            before = _pm(m["unscreened_id_like_in_top10"], 2) if "unscreened_id_like_in_top10" in m else "-"
+            lines.append(f"| {name} | {_pm(m['id_like_in_top10'], 2)} | {m['worst']} | {min(ranks) if ranks else '-'} | {ok} "
+                         f"| {before} |")
         lines.append("")
     curves = result.get("curves", {})
     for dataset, c in curves.items():

@@ -395,15 +395,26 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     copies = report.extras["copies"]
     assert {frozenset(pair) for pair in copies.items()} == {frozenset({"user_id", "user_id_copy"}),
                                                            frozenset({"price", "price_cents"})}
-    assert set(report.ranking[-2:]) == set(copies) and all("copy" in report[f].flags for f in copies)
-    assert {f: v for f, v in report.scores.items() if f not in copies} == pytest.approx(
-        {f: v for f, v in fused.items() if f not in copies})
+    # ... and after them the ID-like noise with no signal beyond chance (the shared ID screen)
+    memorised = report.extras["memorisable"]
+    assert set(memorised) == {"noise_id"} and report.ranking[-1] == "noise_id" and "id_like" in report["noise_id"].flags
+    assert set(report.ranking[-3:-1]) == set(copies) and all("copy" in report[f].flags for f in copies)
+    moved = {*copies, *memorised}
+    assert {f: v for f, v in report.scores.items() if f not in moved} == pytest.approx(
+        {f: v for f, v in fused.items() if f not in moved})
+    unscreened = report.extras["unscreened_ranking"]  # the screen moved noise_id and nothing else
+    assert sorted(unscreened) == sorted(report.ranking) and [f for f in unscreened if f != "noise_id"] == report.ranking[:-1]
     plain = LeAP().refuse(report, "product", copies=False)  # the ablation: the fused ranking as it was
-    assert plain.scores == pytest.approx(fused) and "copies" not in plain.extras and plain.config["copy_threshold"] == 0
+    assert {f: v for f, v in plain.scores.items() if f != "noise_id"} == pytest.approx(
+        {f: v for f, v in fused.items() if f != "noise_id"})
+    assert "copies" not in plain.extras and plain.config["copy_threshold"] == 0 and plain.ranking[-1] == "noise_id"
     alone = LeAP().refuse(report, "none", copies=False)  # another fusion re-ranks the same fit
-    assert alone.scores == pytest.approx(gates) and alone.cost_seconds == report.cost_seconds
+    assert {f: v for f, v in alone.scores.items() if f != "noise_id"} == pytest.approx(
+        {f: v for f, v in gates.items() if f != "noise_id"})
+    assert alone.cost_seconds == report.cost_seconds and alone.extras["memorisable"] == memorised
     again = LeAP().refuse(report, "none")  # and demotes the lower of each copied pair in its own ranking
-    assert set(again.ranking[-2:]) == set(again.extras["copies"]) and len(again.extras["copies"]) == 2
+    assert set(again.ranking[-3:-1]) == set(again.extras["copies"]) and len(again.extras["copies"]) == 2
+    assert again.ranking[-1] == "noise_id" and again["noise_id"].flags.count("id_like") == 1
     assert alone.config["fusion"] == "none" and {f.feature: f.width for f in alone.features} == {
         f.feature: f.width for f in report.features}
     assert report.extras["relevance"]["item_id"] > report.extras["relevance"]["noise_c2"]
