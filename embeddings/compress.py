@@ -1,8 +1,5 @@
-"""``salience compress``: per-table precision under one byte budget or AUC tolerance, chosen on validation.
-
-    salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR   # 0.1 x the uniform-16 fp32 bytes
-    salience compress --checkpoint CKPT --config CFG --budget 2MB --output DIR
-    salience compress --checkpoint CKPT --config CFG --tolerance 0.001 --output DIR  # as small as 0.001 AUC allows
+"""Per-table precision under one byte budget or AUC tolerance, chosen on validation (what
+``salience compress`` runs; the command is :mod:`embeddings.compress_cli`).
 
 The trained model's tables start at fp32. A lazy greedy search lowers one table one precision
 step at a time (fp32 -> fp16 -> int8 -> int4, as far as the table's dim allows; see
@@ -23,16 +20,15 @@ table and of the searched plan: the test split is read once per model) and the q
 The budget is a fraction ``Nx`` of the uniform-16 fp32 embedding bytes (every sparse feature
 at dim 16, 4 bytes a value: the reference issue 19 sizes against) or an absolute size in
 ``KB``/``MB``/``GB``. Row schemes (quotient-remainder, hashing) and dims are set in the config
-the checkpoint was trained with (``model.embedding_rows``, ``data.embedding_dims``); the search
-does not retrain. The pipeline runs the same search after its final fit (``compress`` in the
-pipeline config).
+a model is trained with (``model.embedding_rows``, ``data.embedding_dims``); this search does
+not retrain. :mod:`embeddings.layouts` trains such variants for a budget and runs this search on
+each. The pipeline runs the same search after its final fit (``compress`` in the pipeline
+config).
 """
 
 from __future__ import annotations
 
-import argparse
 import re
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,7 +39,7 @@ from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan, emb
 from recsys.models.base import RankingModel, SparseArch, table_configs_for
 
 __all__ = [
-    "CompressResult", "Compressed", "compress_and_export", "compress_main", "parse_budget", "plot_frontier",
+    "CompressResult", "Compressed", "compress_and_export", "parse_budget", "plot_frontier",
     "precision_frontier", "search_precisions", "uniform_bytes", "uniform_plan",
 ]
 
@@ -220,11 +216,12 @@ class Compressed:
 def compress_and_export(model: RankingModel, preprocessor: Any, val: Any, test: Any, output_dir: str | Path, *,
                         budget: int | None = None, tolerance: float | None = None,
                         fp32_test: dict[str, float] | None = None, metadata: dict[str, Any] | None = None,
-                        parity: bool = True) -> Compressed:
+                        parity: bool = True, result: CompressResult | None = None) -> Compressed:
     """The search (:func:`search_precisions`, scored on ``val``), its frontier
     (:func:`precision_frontier`) and the quantized export in ``output_dir``, checked against the
     eager quantized model in a fresh process unless ``parity`` is False: what ``salience
-    compress`` and the pipeline's compression step run.
+    compress`` and the pipeline's compression step run. ``result``: the search already run on
+    this model (:func:`embeddings.layouts.choose_layout` runs it on every layout).
 
     Raises:
         PrecisionError: the budget is below the smallest plan the tables allow.
@@ -238,7 +235,8 @@ def compress_and_export(model: RankingModel, preprocessor: Any, val: Any, test: 
     arch = model.sparse_arch
     if not isinstance(arch, SparseArch):
         raise ValueError("the model has no embedding tables to compress")
-    result = search_precisions(arch, budget, lambda plan: evaluate(quantize_model(model, plan), val)["auc"], tolerance)
+    if result is None:
+        result = search_precisions(arch, budget, lambda plan: evaluate(quantize_model(model, plan), val)["auc"], tolerance)
     frontier = precision_frontier(model, val, test, result, fp32_test)
     export = export_model(model, preprocessor, output_dir, precision=result.plan.to_dict(), metadata=metadata)
     diff = None
@@ -276,82 +274,3 @@ def plot_frontier(points: Sequence[dict[str, Any]], trace: Sequence[dict[str, An
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     return fig
-
-
-def compress_main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="salience compress", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--checkpoint", required=True, help="a `salience fit` checkpoint")
-    parser.add_argument("--config", required=True, help="the fit config it was trained with (its validation and test splits)")
-    parser.add_argument("--budget", help="0.1x (of the uniform-16 fp32 embedding bytes) or 2MB")
-    parser.add_argument("--tolerance", type=float,
-                        help="validation AUC the plan may lose against fp32 (a step losing more is undone); "
-                             "without --budget: as small as this allows")
-    parser.add_argument("--output", required=True, help="folder for plan.json and the export")
-    parser.add_argument("--no-parity", action="store_true", help="skip the export's fresh-process parity check")
-    args = parser.parse_args(argv)
-
-    from recsys.export import to_plain_kernel
-    from recsys.io import atomic_write_json
-    from recsys.train.checkpoint import load_checkpoint
-    from recsys.train.recipe import Recipe
-
-    loaded = load_checkpoint(args.checkpoint)
-    model: RankingModel = to_plain_kernel(loaded.model.eval())
-    if not isinstance(model.sparse_arch, SparseArch):
-        parser.error(f"{args.checkpoint}: the model has no embedding tables to compress")
-    reference = uniform_bytes(loaded.preprocessor.fitted_schema)
-    if args.budget is None and args.tolerance is None:
-        parser.error("give --budget (0.1x or 2MB), --tolerance (validation AUC, e.g. 0.001), or both")
-    if args.tolerance is not None and not args.tolerance >= 0:
-        parser.error(f"--tolerance must be >= 0, got {args.tolerance}")
-    try:
-        budget = parse_budget(args.budget, reference) if args.budget is not None else None
-    except ValueError as e:
-        parser.error(str(e))
-    dm = Recipe(args.config, quiet=True).datamodule
-    val, test = dm.split_data("val"), dm.split_data("test")
-    if val is None or test is None:
-        parser.error(f"{args.config}: compress chooses on the validation split and reports the test split; the config lacks one")
-
-    start = time.perf_counter()
-    out = Path(args.output)
-    try:  # the test split is read once per model of the frontier
-        done = compress_and_export(model, loaded.preprocessor, val, test, out / "export", budget=budget,
-                                   tolerance=args.tolerance, parity=not args.no_parity,
-                                   metadata={"checkpoint": str(args.checkpoint), "budget": args.budget,
-                                             "tolerance": args.tolerance})
-    except PrecisionError as e:
-        parser.error(str(e))
-    result, frontier, parity = done.result, done.frontier, done.parity_max_abs_diff
-    test_fp32, test_plan = ({"auc": done.point(n)["test_auc"], "logloss": done.point(n)["test_logloss"]} for n in ("fp32", "search"))
-    record = {
-        "budget": args.budget, "budget_bytes": budget, "tolerance": args.tolerance, "budget_met": result.bytes <= result.budget,
-        "uniform16_fp32_bytes": reference,
-        "bytes": result.bytes, "fp32_bytes": result.fp32_bytes,
-        "bytes_vs_uniform16": result.bytes / max(reference, 1),
-        "tables": result.plan.to_dict(),
-        "val": {"fp32_auc": result.fp32_val_auc, "plan_auc": result.val_auc},
-        "test": {"fp32": test_fp32, "plan": test_plan, "auc_change": test_plan["auc"] - test_fp32["auc"]},
-        "trace": result.trace, "validation_passes": result.evaluations, "frontier": frontier,
-        "seconds": round(time.perf_counter() - start, 1), "export": str(done.export_dir), "parity_max_abs_diff": parity,
-    }
-    atomic_write_json(out / "plan.json", record)
-    from recsys.io import atomic_savefig
-
-    atomic_savefig(plot_frontier(frontier, result.trace), out / "frontier.png")
-    counts: dict[str, int] = {}
-    for p in result.plan.tables.values():
-        counts[p.value] = counts.get(p.value, 0) + 1
-    goal = f"budget {budget:,} bytes ({args.budget})" if args.budget is not None else f"tolerance {args.tolerance} validation AUC"
-    if args.budget is not None and args.tolerance is not None:
-        goal += f", tolerance {args.tolerance}" + ("" if result.bytes <= result.budget else " (the budget is NOT met within it)")
-    print(f"{goal}; chose {', '.join(f'{n} x {p}' for p, n in counts.items())}: "
-          f"{result.bytes:,} bytes = {result.bytes / max(result.fp32_bytes, 1):.3f}x of fp32, "
-          f"{result.bytes / max(reference, 1):.3f}x of uniform-16 ({result.evaluations} validation passes)")
-    print(f"validation AUC {result.val_auc:.5f} vs fp32 {result.fp32_val_auc:.5f}; "
-          f"test AUC {test_plan['auc']:.5f} vs fp32 {test_fp32['auc']:.5f} (change {test_plan['auc'] - test_fp32['auc']:+.5f})")
-    if parity is not None:
-        print(f"parity (fresh process): max |eager - exported| = {parity:.2e}")
-    print(f"plan: {out / 'plan.json'}; frontier: {out / 'frontier.png'}; export: {done.export_dir}")
-    return 0

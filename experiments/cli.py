@@ -121,7 +121,7 @@ def _gen(argv: Sequence[str]) -> int:
 
 
 def _compress(argv: Sequence[str]) -> int:
-    from embeddings.compress import compress_main
+    from embeddings.compress_cli import compress_main
 
     return compress_main(argv)
 

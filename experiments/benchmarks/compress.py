@@ -15,11 +15,12 @@ The technique a user would pick is chosen on validation (the fewest bytes within
 ``--tolerance`` validation AUC of fp32) and its test AUC is reported once. Writes
 ``experiments/results/compress.{json,md,png}``.
 
-The ``budget`` technique is the combined search: :func:`embeddings.compress.search_precisions`
-(``salience compress``'s per-table precision search on validation AUC) on each trained row
-variant (full, half, qr, hash: one retraining each) under ``--budget`` x the uniform-16 fp32
-bytes, the variant keeping the most validation AUC chosen. Dims are the config's or half of them
-(no per-feature dim search here).
+The ``budget`` technique is the combined search of ``salience compress --budget`` without a
+checkpoint (:func:`embeddings.layouts.choose_layout`): the per-table precision search on
+validation AUC on every trained layout under ``--budget`` x the uniform-16 fp32 bytes, the
+layout keeping the most validation AUC chosen. Its layouts are the four above plus those
+:func:`embeddings.layouts.layouts_for_budget` sizes for the budget (the widest uniform dim and
+the mixed-dimension MDE dims that fit at int8 and at int4; one retraining each).
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from embeddings.compress import uniform_bytes
+from embeddings.layouts import MIN_IDS, Layout, layouts_for_budget, row_schemes
 from experiments.benchmarks._common import isolated_workdir, result_header
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,8 +53,6 @@ PRECISIONS = ("fp32", "fp16", "int8", "int4")
 TECHNIQUES = (*PRECISIONS, "half", "half+int4", "qr", "hash", "qr+int8", "hash+int8", "budget")
 #: the trained variants the techniques read: the config's tables, every sparse dim halved, QR and hashed rows
 SCHEMES = ("full", "half", "qr", "hash")
-#: features with fewer ids keep their full table under the qr / hash techniques
-MIN_IDS = 64
 TARGETS = {
     "int8_test_auc_within": 0.0005,
     "int8_bytes_ratio_about": 0.25,
@@ -65,21 +66,6 @@ def _summary(values: list[float]) -> dict[str, float]:
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if n > 1 else 0.0
     return {"mean": mean, "std": std, "se": std / math.sqrt(n) if n else 0.0, "n": n}
-
-
-def row_schemes(schema: Any, scheme: str) -> dict[str, dict[str, Any]]:
-    """``model.embedding_rows`` for every feature with at least ``MIN_IDS`` ids: quotient-remainder
-    with ``m = ceil(sqrt(n))`` buckets (``ceil(n / m) + m`` rows, sum), or a hashed table with the
-    same number of rows (equal bytes: the baseline QR must beat)."""
-    out: dict[str, dict[str, Any]] = {}
-    for f in schema.sparse:
-        n = int(f.num_embeddings or 0)
-        if n < MIN_IDS:
-            continue
-        m = math.ceil(math.sqrt(n))
-        out[f.name] = ({"scheme": "qr", "buckets": m, "combine": "sum"} if scheme == "qr"
-                       else {"scheme": "hash", "rows": math.ceil(n / m) + m})
-    return out
 
 
 def half_dims(schema: Any) -> dict[str, int]:
@@ -105,8 +91,6 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
                  techniques: tuple[str, ...] = TECHNIQUES, budget_fraction: float = 1 / 8) -> dict[str, Any]:
     """One fit per row scheme (full, and ``qr`` / ``hash`` when asked), then every technique of
     the trained models (see the module docstring)."""
-    import json
-
     from experiments.pipeline.stages import export_bytes, exported_latency
     from recsys.data.encoders import EncodedData
     from recsys.export import export_model
@@ -116,25 +100,28 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
 
     recipe = Recipe(ROOT / config, overrides, workdir=work / f"fit-{seed}", quiet=True, keep_checkpoints=False)
     out: dict[str, Any] = {"seed": seed, "fit_seconds": {}, "techniques": {}, "embedding_rows": {}}
+    budget = int(budget_fraction * uniform_bytes(recipe.schema))
+    layouts = {"full": Layout("full"), "half": Layout("half", dims=half_dims(recipe.schema)),
+               "qr": Layout("qr", rows=row_schemes(recipe.schema, "qr")), "hash": Layout("hash", rows=row_schemes(recipe.schema, "hash"))}
+    layouts = {n: x for n, x in layouts.items() if "budget" in techniques or any(_scheme_of(t) == n for t in techniques)}
+    if "budget" in techniques:  # the dims the budget allows, where they differ from the four above
+        known = [x.dims for x in layouts.values()]
+        layouts |= {x.name: x for x in layouts_for_budget(recipe.schema, budget, kinds=("uniform", "mde")) if x.dims not in known}
     models = {}
-    for scheme in SCHEMES:
-        if not any(_scheme_of(t) == scheme for t in techniques) and "budget" not in techniques:
-            continue
-        rows = row_schemes(recipe.schema, scheme) if scheme in ("qr", "hash") else {}
-        extra = [f"--model.embedding_rows={json.dumps(rows)}"] if rows else []
-        if scheme == "half":
-            extra.append(f"--data.embedding_dims={json.dumps(half_dims(recipe.schema))}")
-        model, dm, seconds = _fit(recipe, seed, quick, extra)
-        models[scheme] = model
-        out["fit_seconds"][scheme] = round(seconds, 1)
-        out["embedding_rows"][scheme] = rows
+    for name, layout in layouts.items():
+        model, dm, seconds = _fit(recipe, seed, quick, layout.overrides())
+        models[name] = model
+        out["fit_seconds"][name] = round(seconds, 1)
+        out["embedding_rows"][name] = dict(layout.rows)
+        if layout.dims and name != "half":
+            out.setdefault("embedding_dims", {})[name] = dict(layout.dims)
     val, test = dm.split_data("val"), dm.split_data("test")
     if val is None or test is None:
         raise ValueError(f"{config}: needs a validation and a test split")
     exports = {}
     for t in techniques:
         if t == "budget":
-            model, plan, out["budget"] = _budget_search(models, recipe.schema, budget_fraction, val)
+            model, plan, out["budget"] = _budget_search(models, budget, budget_fraction, val)
         else:
             model = models[_scheme_of(t)]
             plan = resolve_precision(model.sparse_arch, t.split("+")[-1] if t not in SCHEMES else "fp32")
@@ -155,31 +142,18 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
     return out
 
 
-def _budget_search(models: dict[str, Any], schema: Any, fraction: float, val: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """The byte-budget search (:func:`embeddings.compress.search_precisions`) on every trained
-    row scheme under ``fraction`` x the uniform-16 fp32 bytes; the scheme whose plan keeps the
-    most validation AUC wins (schemes the budget cannot fit are skipped)."""
-    from embeddings.compress import search_precisions, uniform_bytes
-    from recsys.export.quantize import PrecisionError, quantize_model
-    from recsys.train.evaluation import evaluate
+def _budget_search(models: dict[str, Any], budget: int, fraction: float, val: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """The byte-budget search of ``salience compress`` (:func:`embeddings.layouts.choose_layout`)
+    on every trained layout: the one whose plan keeps the most validation AUC wins (layouts the
+    budget cannot fit are skipped)."""
+    from embeddings.layouts import choose_layout
 
-    budget = int(fraction * uniform_bytes(schema))
-    found, skipped = {}, {}
-    def scorer(model: Any) -> Callable[[Any], float]:
-        return lambda plan: evaluate(quantize_model(model, plan), val)["auc"]
-
-    for scheme, model in models.items():
-        try:
-            found[scheme] = search_precisions(model.sparse_arch, budget, scorer(model))
-        except PrecisionError as e:
-            skipped[scheme] = str(e)
-    if not found:
-        raise ValueError(f"budget {fraction}x fits no trained row scheme: {skipped}")
-    best = max(found, key=lambda k: found[k].val_auc)
-    record = {"fraction_of_uniform16": fraction, "budget_bytes": budget, "chosen_scheme": best,
-              "val_auc": {k: r.val_auc for k, r in found.items()}, "skipped": skipped,
-              "tables": found[best].plan.to_dict(), "validation_passes": sum(r.evaluations for r in found.values())}
-    return models[best], found[best].plan, record
+    choice = choose_layout(models, budget, val)
+    record = {"fraction_of_uniform16": fraction, "budget_bytes": budget, "chosen_layout": choice.chosen,
+              "val_auc": {k: r.val_auc for k, r in choice.results.items()}, "skipped": choice.skipped,
+              "tables": choice.result.plan.to_dict(),
+              "validation_passes": sum(r.evaluations for r in choice.results.values())}
+    return models[choice.chosen], choice.result.plan, record
 
 
 def _scheme_of(technique: str) -> str:
@@ -263,8 +237,8 @@ def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, s
         change = c["test_auc_change"]
         ok = change["mean"] >= -0.001 - change["se"]
         out[f"budget search at {c['bytes_ratio']:.3f}x fp32 within 0.001 test AUC"] = (
-            f"{'met' if ok else 'NOT met'} ({change['mean']:+.5f} +/- {change['se']:.5f}; schemes chosen: "
-            f"{', '.join(r['budget']['chosen_scheme'] for r in runs)})")
+            f"{'met' if ok else 'NOT met'} ({change['mean']:+.5f} +/- {change['se']:.5f}; layouts chosen: "
+            f"{', '.join(r['budget'].get('chosen_layout', r['budget'].get('chosen_scheme', '?')) for r in runs)})")
         single = [t for t in summary if t not in ("budget", "chosen_on_validation", "fp32")
                   and summary[t]["embedding_bytes"] <= c["embedding_bytes"] * 1.0001]
         beaten = [t for t in single if verdict(c["test_auc"]["mean"], summary[t]["test_auc"]["mean"],
@@ -296,7 +270,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         "hashed table of the same rows. Precisions quantize a trained model's tables after training (per-row "
         "min-max with fp16 scale and bias for int8/int4). Changes are paired per seed against fp32; +/- is the "
         "standard error over seeds. Latency is the exported TorchScript model's call, every technique timed side "
-        "by side on the same rows.",
+        "by side on the same rows. The budget search also trains the widest uniform dim and the mixed-dimension "
+        "(MDE) dims that fit the budget at int8 and at int4 (`embeddings.layouts`), and chooses among all layouts "
+        "on validation AUC.",
         "",
         "| dataset | technique | embedding bytes (x fp32) | test AUC | test AUC change | test log loss | "
         "export size (x fp32) | latency b=1 (x fp32) | latency b=1024 (x fp32) |",
