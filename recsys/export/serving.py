@@ -52,6 +52,7 @@ __all__ = [
     "load_exported",
     "eval_mode",
     "model_device",
+    "read_export_header",
     "read_export_schema",
     "synthetic_inputs",
     "to_plain_kernel",
@@ -365,7 +366,6 @@ def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: 
         "sparse_features": schema.sparse_names,
         "dense_features": schema.dense_names,
         "schema": schema.to_dict(),
-        "vocabularies": {f.name: _VOCAB_MARK.format(i) for i, f in enumerate(schema.sparse) if f.hash_size is None},
         "vocabulary_rule": "id = 1 + index in the token list (descending training frequency); 0 = out of vocabulary",
         "hashing": {f.name: {"hash_size": f.hash_size, "rule": HASH_RULE} for f in schema.sparse if f.hash_size},
         "dense_stats": {f.name: list(pre.dense_stats[f.name]) for f in schema.dense},
@@ -379,6 +379,8 @@ def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: 
             "output": "click probabilities, B",
         },
         "metadata": metadata,
+        # last, so that read_export_header stops before the tokens
+        "vocabularies": {f.name: _VOCAB_MARK.format(i) for i, f in enumerate(schema.sparse) if f.hash_size is None},
     }
 
 
@@ -484,13 +486,48 @@ def read_export_schema(export_dir: str | Path) -> dict[str, Any]:
     return read_marked_json(export_dir, SCHEMA_FILE, EXPORT_FORMAT, "an export directory")
 
 
+#: the text that starts ``schema.json``'s last key (indent 1: a top-level key; the token lists are one line each)
+_VOCABULARIES_KEY = '\n "vocabularies": '
+#: how far :func:`read_export_header` looks for it before parsing the whole file (an export
+#: written before the key moved last)
+_HEADER_LIMIT = 16 << 20
+
+
+def read_export_header(export_dir: str | Path) -> dict[str, Any]:
+    """``schema.json`` of an export directory without its ``vocabularies``: the text before that
+    key (written last, right after ``metadata``) is parsed, so the tokens never become Python
+    strings (the 45M-row Criteo-shaped export holds 9.25M of them, ~0.6 GB). What checks
+    kernels, precisions and feature names reads; an older export, with the key before
+    ``metadata``, is parsed whole.
+    """
+    path = Path(export_dir) / SCHEMA_FILE
+    if not path.is_file():
+        return read_export_schema(export_dir)  # its error: not an export directory
+    head = ""
+    with open(path, encoding="utf-8") as fh:
+        while len(head) < _HEADER_LIMIT and (block := fh.read(1 << 16)):
+            start = max(0, len(head) - len(_VOCABULARIES_KEY))
+            head += block
+            at = head.find(_VOCABULARIES_KEY, start)
+            if at >= 0:
+                info = json.loads(head[:at].rstrip().removesuffix(",") + "\n}")
+                if "metadata" in info:  # written just before the vocabularies; older exports wrote it after them
+                    if info.get("format") != EXPORT_FORMAT:
+                        raise ValueError(f"{path}: format {info.get('format')!r} is not {EXPORT_FORMAT!r}")
+                    return info
+                break
+    info = read_export_schema(export_dir)
+    info.pop("vocabularies", None)
+    return info
+
+
 def load_exported(export_dir: str | Path) -> torch.jit.ScriptModule:
     """The exported TorchScript module in eval mode (imports fbgemm_gpu first for its ops)."""
     import fbgemm_gpu  # noqa: F401  registers fbgemm:: ops used by the scripted KJT code
 
     from recsys.export._loader_template import check_kernels
 
-    check_kernels(read_export_schema(export_dir), export_dir)
+    check_kernels(read_export_header(export_dir), export_dir)
     module = torch.jit.load(str(Path(export_dir) / MODEL_FILE), map_location="cpu")
     module.eval()
     return module

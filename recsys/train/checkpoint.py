@@ -111,13 +111,13 @@ def export_checkpoint(
         ``{"fp32": {auc, logloss}, "<precision>": {...}, "auc_change": ...}``.
     """
     from recsys.data.batching import random_batch
-    from recsys.export import check_parity_in_fresh_process, export_model, read_export_schema, to_plain_kernel
+    from recsys.export import check_parity_in_fresh_process, export_model, read_export_header, to_plain_kernel
     from recsys.export.quantize import quantize_model
 
     loaded = load_checkpoint(checkpoint)
     metadata = {"checkpoint": str(checkpoint), "arch": type(loaded.model).__name__.lower()}
     result = export_model(loaded.model, loaded.preprocessor, output_dir, metadata=metadata, precision=precision)
-    record = read_export_schema(result.output_dir).get("embedding_precision", {})
+    record = read_export_header(result.output_dir).get("embedding_precision", {})
     quantized = any(p != "fp32" for p in record.get("tables", {}).values())
     # the eager reference of a quantized export (an fp32 export is checked against the trained model itself)
     served = quantize_model(to_plain_kernel(loaded.model), record["tables"]) if quantized else loaded.model

@@ -9,6 +9,7 @@ exported module runs in a fresh interpreter that imports only torch + fbgemm_gpu
 from __future__ import annotations
 
 import json
+import shutil
 import math
 import subprocess
 import sys
@@ -340,3 +341,32 @@ def test_export_directory(exported: dict[tuple[str, str], Exported]) -> None:
     with pytest.raises(FileExistsError):
         export_model(model, e.pre, foreign)
     assert [p.name for p in foreign.iterdir()] == ["notes.txt"]
+
+
+def test_the_header_reader_stops_before_the_vocabularies(exported: dict[tuple[str, str], Exported], tmp_path: Path) -> None:
+    from recsys.export import load_exported, read_export_header, read_export_schema
+
+    e = exported[("dcnv2", "dense")]
+    full = read_export_schema(e.dir)
+    assert list(full)[-1] == "vocabularies"  # written last
+    header = read_export_header(e.dir)
+    assert header == {k: v for k, v in full.items() if k != "vocabularies"}
+    # it never parses the tokens: a vocabulary section that is not JSON at all still gives the header
+    broken = tmp_path / "broken"
+    shutil.copytree(e.dir, broken)
+    text = (broken / "schema.json").read_text()
+    at = text.index('\n "vocabularies": ')
+    (broken / "schema.json").write_text(text[:at] + '\n "vocabularies": {"user": [not json')
+    assert read_export_header(broken) == header
+    assert load_exported(broken) is not None  # the kernel check reads the header only
+    # an older export (vocabularies right after the schema, before the stats and precisions) is
+    # parsed whole, to the same header
+    old = tmp_path / "old"
+    shutil.copytree(e.dir, old)
+    keys = [k for k in full if k != "vocabularies"]
+    at = keys.index("schema") + 1
+    reordered = {k: full[k] for k in [*keys[:at], "vocabularies", *keys[at:]]}
+    (old / "schema.json").write_text(json.dumps(reordered, indent=1))
+    assert read_export_header(old) == header
+    with pytest.raises(FileNotFoundError, match="not an export directory"):
+        read_export_header(tmp_path)
