@@ -10,7 +10,8 @@
     salience demo
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
     salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR
-    salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu|pipeline [ARGS]
+    salience compress --config CFG --budget 0.125x --output DIR     # also trains dims / row-scheme layouts
+    salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu|pipeline|scale|compress [ARGS]
     salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
     salience gen fit|test --config experiments/configs/generative/beauty.yaml
@@ -151,7 +152,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "rank": (_rank, "rank features by importance (outrank, permutation, leap) and write the report"),
     "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
     "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
-    "compress": (_compress, "per-table embedding precision under one byte budget, chosen on validation, exported"),
+    "compress": (_compress, "one byte budget: per-table precision (and, without a checkpoint, dims and row schemes), chosen on validation, exported"),
     "dims": (_dims, "search embedding dims (uniform, mde, dnis, ihas), retrain, compare with uniform-16"),
     "sid": (_sid, "build semantic IDs (RQ-KMeans, RQ-VAE) for an item catalogue"),
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
