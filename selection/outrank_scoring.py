@@ -544,7 +544,7 @@ def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9,
 
 
 def memorisable_features(raw: RawData, features: Iterable[str], min_distinct_share: float = 0.1, min_z: float = 2.0,
-                         rows: int = 2**15, rotations: int = 32) -> dict[str, str]:
+                         rows: int = 2**18, rotations: int = 32) -> dict[str, str]:
     """[INF] Single-id categorical features of ``features`` that a model can memorise but that
     show no signal beyond chance -> why.
 
