@@ -203,6 +203,16 @@ def _paired(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
     return _summary([r["techniques"][a]["test"]["auc"] - r["techniques"][b]["test"]["auc"] for r in runs])
 
 
+def within(change: dict[str, float], tolerance: float, both_ways: bool = False) -> str:
+    """``met`` when the mean test AUC change stays within ``tolerance`` (a loss; with
+    ``both_ways`` a gain too), ``NOT met`` when it is outside by more than its standard error,
+    else ``inconclusive``: the seeds cannot tell."""
+    mean = -abs(change["mean"]) if both_ways else change["mean"]
+    if mean >= -tolerance:
+        return "met"
+    return "NOT met" if mean + change["se"] < -tolerance else "inconclusive (outside, within the seed spread)"
+
+
 def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, str]:
     """The issue's targets on one dataset that these techniques can answer (with the seed spread)."""
     from experiments.benchmarks._common import verdict
@@ -211,8 +221,7 @@ def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, s
     if "int8" in summary:
         int8 = summary["int8"]
         change = int8["test_auc_change"]
-        within = abs(change["mean"]) <= TARGETS["int8_test_auc_within"] + change["se"]
-        out["int8 within 0.0005 test AUC of fp32"] = (f"{'met' if within else 'NOT met'} "
+        out["int8 within 0.0005 test AUC of fp32"] = (f"{within(change, TARGETS['int8_test_auc_within'], True)} "
                                                       f"({change['mean']:+.5f} +/- {change['se']:.5f})")
         out["int8 bytes (target ~1/4)"] = f"{int8['bytes_ratio']:.3f}x"
         lat = int8["latency_ratio"]["1"]
@@ -228,16 +237,15 @@ def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, s
         if fixed not in summary:
             continue
         c = summary[fixed]
-        ok = c["bytes_ratio"] <= TARGETS["combined_search_bytes_ratio_at_most"] and c["test_auc_change"]["mean"] >= -0.001 - c["test_auc_change"]["se"]
+        ok = within(c["test_auc_change"], 0.001) if c["bytes_ratio"] <= TARGETS["combined_search_bytes_ratio_at_most"] else "NOT met"
         out[f"{fixed} at <= 1/8 bytes within 0.001 test AUC (a fixed combination, not the budget search)"] = (
-            f"{'met' if ok else 'NOT met'} ({c['bytes_ratio']:.3f}x, {c['test_auc_change']['mean']:+.5f} "
+            f"{ok} ({c['bytes_ratio']:.3f}x, {c['test_auc_change']['mean']:+.5f} "
             f"+/- {c['test_auc_change']['se']:.5f})")
     if "budget" in summary:
         c = summary["budget"]
         change = c["test_auc_change"]
-        ok = change["mean"] >= -0.001 - change["se"]
         out[f"budget search at {c['bytes_ratio']:.3f}x fp32 within 0.001 test AUC"] = (
-            f"{'met' if ok else 'NOT met'} ({change['mean']:+.5f} +/- {change['se']:.5f}; layouts chosen: "
+            f"{within(change, 0.001)} ({change['mean']:+.5f} +/- {change['se']:.5f}; layouts chosen: "
             f"{', '.join(r['budget'].get('chosen_layout', r['budget'].get('chosen_scheme', '?')) for r in runs)})")
         single = [t for t in summary if t not in ("budget", "chosen_on_validation", "fp32")
                   and summary[t]["embedding_bytes"] <= c["embedding_bytes"] * 1.0001]
@@ -263,6 +271,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"seeds: {result['seeds']}; choice tolerance on validation AUC: {result['tolerance']}.",
         *[f"Rows of {name} measured by `{d['command'].strip()}` (kept with `--merge`)."
           for name, d in result["datasets"].items() if d.get("command") and d["command"] != result["command"]],
+        *([f"Verdicts recomputed from these measurements by `{result['rendered_by'].strip()}`."] if result.get("rendered_by") else []),
         "",
         "Each seed trains the dataset's DCNv2 config with full tables, with every sparse dim halved (half: 16 -> 8), "
         f"and (for qr / hash) once more with every "
@@ -351,7 +360,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument("--merge", action="store_true",
                         help="keep the datasets of the existing result that this run does not measure (each with its command)")
+    parser.add_argument("--render", action="store_true",
+                        help="measure nothing: recompute the verdicts of the existing compress.json and rewrite the markdown and plot")
     args = parser.parse_args(argv)
+    if args.render:
+        return _render(args.output_dir.resolve(), argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
     unknown = [n for n in names if n not in CONFIGS]
     if unknown:
@@ -394,6 +407,24 @@ def main(argv: list[str] | None = None) -> int:
                                         "verdicts": verdicts(summary, runs), "command": result["command"]}
             write()
     print(write())
+    return 0
+
+
+def _render(out: Path, argv: list[str] | None) -> int:
+    """The verdicts, markdown and plot of ``out/compress.json`` again, from its measurements."""
+    from recsys.io import atomic_write_json, atomic_write_text
+
+    path = out / "compress.json"
+    if not path.is_file():
+        raise SystemExit(f"--render: no {path} to render")
+    result = json.loads(path.read_text())
+    for d in result["datasets"].values():
+        d["verdicts"] = verdicts(d["summary"], d["runs"])
+    result["rendered_by"] = "python -m experiments.benchmarks.compress " + " ".join(argv if argv is not None else sys.argv[1:])
+    atomic_write_json(path, result, default=str)
+    atomic_write_text(out / "compress.md", to_markdown(result))
+    plot(result, out / "compress.png")
+    print(f"rendered {out / 'compress.md'}")
     return 0
 
 

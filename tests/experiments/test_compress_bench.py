@@ -38,3 +38,24 @@ def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: 
     assert len(s["chosen_on_validation"]["techniques"]) == 2
     assert "int8 within 0.0005 test AUC of fp32" in result["datasets"]["synthetic"]["verdicts"]
     assert (tmp_path / "compress.png").stat().st_size > 0 and "| synthetic | int8 |" in (tmp_path / "compress.md").read_text()
+
+
+def test_within_says_inconclusive_when_the_seeds_cannot_tell() -> None:
+    assert compress.within({"mean": -0.0008, "se": 0.0}, 0.001) == "met"
+    assert compress.within({"mean": 0.02, "se": 0.0}, 0.001) == "met"  # a gain is within a loss tolerance
+    assert compress.within({"mean": 0.02, "se": 0.0}, 0.001, both_ways=True) == "NOT met"
+    assert compress.within({"mean": -0.008, "se": 0.0075}, 0.001).startswith("inconclusive")
+    assert compress.within({"mean": -0.008, "se": 0.002}, 0.001) == "NOT met"
+
+
+def test_render_recomputes_the_verdicts_from_the_committed_measurements(tmp_path: Path) -> None:
+    committed = json.loads((compress.RESULTS / "compress.json").read_text())
+    for d in committed["datasets"].values():
+        d["verdicts"] = {"stale": "yes"}
+    (tmp_path / "compress.json").write_text(json.dumps(committed))
+    assert compress.main(["--render", "--output-dir", str(tmp_path)]) == 0
+    result = json.loads((tmp_path / "compress.json").read_text())
+    for name, d in result["datasets"].items():
+        assert d["verdicts"] == compress.verdicts(d["summary"], d["runs"]) and "stale" not in d["verdicts"]
+        assert d["runs"] == committed["datasets"][name]["runs"]  # nothing measured again
+    assert "Verdicts recomputed" in (tmp_path / "compress.md").read_text()
