@@ -9,8 +9,9 @@ reach:
 * ``uniform@int8`` / ``uniform@int4``: every sparse feature at the widest multiple of 4 whose
   tables fit the budget at that precision (the 4 bytes of scale and bias per row counted);
 * ``mde@int8`` / ``mde@int4``: the frequency-power dims of mixed-dimension embeddings
-  (:func:`embeddings.baselines.mde_plan`: small vocabularies wide, large ones narrow) with the
-  embedding parameters that fit the budget at that precision;
+  (:func:`embeddings.baselines.mde_plan`: small vocabularies wide, large ones narrow, none wider
+  than the config's widest dim) with the embedding parameters that fit the budget at that
+  precision;
 * ``plan``: a dimension plan found earlier (``salience dims``: DNIS, iHAS), when given;
 * ``qr`` / ``hash``: the config's dims on quotient-remainder tables (Shi et al. 2020) or on a
   hashed table of the same rows, for every feature of at least ``min_ids`` ids.
@@ -105,14 +106,17 @@ def _uniform_dim(schema: Schema, budget: int, precision: Precision) -> int | Non
 
 def _mde_dims(schema: Schema, budget: int, precision: Precision) -> dict[str, int] | None:
     """MDE dims whose tables fit ``budget`` bytes at ``precision`` (None when the budget is below
-    dim 4 everywhere). A row at int-N costs ``dim * bits / 8`` bytes plus 4 of scale and bias."""
+    dim 4 everywhere), at most the config's widest dim: a wider row would widen the interaction's
+    input and grow the served model beyond its embedding bytes. A row at int-N costs
+    ``dim * bits / 8`` bytes plus 4 of scale and bias."""
     from embeddings.baselines import mde_plan
     from embeddings.plan import DimensionPlanError
 
     rows = _rows(schema)
     params = (budget - precision.row_overhead * sum(rows.values())) * 8 // precision.bits
     try:
-        dims = dict(mde_plan(schema, int(params)).dims)
+        widest = max(int(f.embedding_dim) for f in schema.sparse)
+        dims = dict(mde_plan(schema, int(params), max_dim=max(4, widest // 4 * 4)).dims)
     except DimensionPlanError:
         return None
     assert sum(rows[f] * precision.row_bytes(d) for f, d in dims.items()) <= budget

@@ -47,6 +47,7 @@ def test_each_dims_layout_fits_the_budget_at_the_precision_it_is_sized_for(recip
             assert all(d % 4 == 0 and d >= 4 for d in layout.dims.values()), name  # int4's row layout
     mde = [x for n, x in layouts.items() if n.startswith("mde@")]
     assert mde and all(len(set(x.dims.values())) > 1 for x in mde)  # mixed: small vocabularies wider
+    assert all(max(x.dims.values()) <= 16 for x in mde)  # never wider than the config: the served model stays small
     sizes = {f.name: f.num_embeddings for f in schema.sparse}
     for x in mde:
         big, small = max(sizes, key=sizes.get), min(sizes, key=sizes.get)
