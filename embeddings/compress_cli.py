@@ -148,17 +148,21 @@ def _with_layouts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     except PrecisionError as e:
         parser.error(str(e))
     fp32_test = evaluate(trained["full"].model, test) if "full" in trained else None
+    winner = trained[choice.chosen]
+    done = compress_and_export(winner.model, dm.preprocessor, val, test, out / "export", budget=budget,
+                               tolerance=args.tolerance, parity=not args.no_parity, result=choice.result,
+                               fp32_test=fp32_test if choice.chosen == "full" else None,
+                               metadata={"config": str(args.config), "budget": args.budget, "layout": choice.chosen})
     comparison: list[dict[str, Any]] = []
     for name, result in choice.results.items():  # the test split: once per layout's final model
-        on_test = evaluate(quantize_model(trained[name].model, result.plan), test)
+        if name == choice.chosen:  # the frontier's searched plan: scored there
+            on_test = {"auc": done.point("search")["test_auc"], "logloss": done.point("search")["test_logloss"]}
+        else:
+            on_test = evaluate(quantize_model(trained[name].model, result.plan), test)
         comparison.append({"layout": name, "bytes": result.bytes, "bytes_vs_uniform16": result.bytes / max(reference, 1),
                            "val_auc": result.val_auc, "test_auc": on_test["auc"], "test_logloss": on_test["logloss"],
                            "fits_budget": result.bytes <= budget, "fit_seconds": round(trained[name].seconds, 1),
                            "chosen": name == choice.chosen})
-    winner = trained[choice.chosen]
-    done = compress_and_export(winner.model, dm.preprocessor, val, test, out / "export", budget=budget,
-                               tolerance=args.tolerance, parity=not args.no_parity, result=choice.result,
-                               metadata={"config": str(args.config), "budget": args.budget, "layout": choice.chosen})
     done.frontier += [{"technique": f"layout {c['layout']}", "bytes": c["bytes"], "val_auc": c["val_auc"],
                        "test_auc": c["test_auc"], "test_logloss": c["test_logloss"]} for c in comparison]
     _write(args, out, done, reference, budget, start, {

@@ -144,15 +144,23 @@ def outrank_score(x: np.ndarray, y: np.ndarray, null: NullModel | str = "package
     if n == 0:
         return 0.0
     ny = np.bincount(y)
-    if NullModel(null) is NullModel.PACKAGE:
-        shifted = x[(np.arange(n, dtype=np.int64) + ny[y]) % n]
-        h_null = _n_cond_entropy(shifted, y, ny)
-    else:
-        offsets = [(j + 1) * n // (rotations + 1) for j in range(rotations)]
-        if (together := _rotated_n_cond_entropies(x, y, ny, [0, *offsets])) is not None:
-            return (float(together[1:].mean()) - float(together[0])) / n
-        h_null = float(np.mean([_n_cond_entropy(np.roll(x, k), y, ny) for k in offsets]))
-    return (h_null - _n_cond_entropy(x, y, ny)) / n
+    if NullModel(null) is NullModel.ROTATION:
+        together = _rotation_entropies(x, y, ny, rotations)
+        return (float(together[1:].mean()) - float(together[0])) / n
+    shifted = x[(np.arange(n, dtype=np.int64) + ny[y]) % n]
+    return (_n_cond_entropy(shifted, y, ny) - _n_cond_entropy(x, y, ny)) / n
+
+
+def _rotation_entropies(x: np.ndarray, y: np.ndarray, ny: np.ndarray, rotations: int) -> np.ndarray:
+    """``N * H(X'|Y)`` of X itself, then of its ``rotations`` whole-column rotations (offsets
+    ``j * N / (rotations + 1)``): one bincount over all of them when the key space allows, else
+    one :func:`_n_cond_entropy` per rotation."""
+    n = len(x)
+    offsets = [0, *((j + 1) * n // (rotations + 1) for j in range(rotations))]
+    together = _rotated_n_cond_entropies(x, y, ny, offsets)
+    if together is None:
+        together = np.array([_n_cond_entropy(np.roll(x, k), y, ny) for k in offsets])
+    return together
 
 
 def _rotated_n_cond_entropies(x: np.ndarray, y: np.ndarray, ny: np.ndarray, offsets: list[int]) -> np.ndarray | None:
@@ -200,11 +208,7 @@ def rotation_significance(x: np.ndarray, y: np.ndarray, rotations: int = 32) -> 
     n = len(x)
     if n == 0:
         return 0.0, 0.0
-    ny = np.bincount(y)
-    offsets = [0, *((j + 1) * n // (rotations + 1) for j in range(rotations))]
-    together = _rotated_n_cond_entropies(x, y, ny, offsets)
-    if together is None:
-        together = np.array([_n_cond_entropy(np.roll(x, k), y, ny) for k in offsets])
+    together = _rotation_entropies(x, y, np.bincount(y), rotations)
     null = together[1:] / n
     score = float(null.mean() - together[0] / n)
     sd = float(null.std(ddof=1))
