@@ -132,8 +132,11 @@ def iter_raw_chunks(
 def raw_chunk_source(
     path: str | Path, fmt: str | None = None, label: str = "label", schema: str | None = None, rows: int = 262_144
 ) -> Callable[[], Iterator[RawData]]:
-    """A function returning a fresh :func:`iter_raw_chunks` iterator (one per pass over the file)."""
-    return lambda: iter_raw_chunks(path, fmt, label, schema, rows)
+    """A function returning a fresh :func:`iter_raw_chunks` iterator (one per pass over the file),
+    whose next chunk is parsed by a background thread while the caller works on this one."""
+    from recsys.data.prepare_stream import prefetch
+
+    return lambda: prefetch(iter_raw_chunks(path, fmt, label, schema, rows))
 
 
 def read_raw_files(
