@@ -7,6 +7,7 @@
     # no checkpoint: train every layout the budget allows (dims, row schemes), search each, keep the best
     salience compress --config CFG --budget 0.125x --output DIR
     salience compress --config CFG --budget 0.125x --layouts full,mde,qr --dims-plan runs/dims/plan.json --output DIR
+    salience compress --config CFG --budget 0.125x --importance runs/rank/outrank.json --output DIR
 
 With a checkpoint, the trained model's tables start at fp32 and a lazy greedy search lowers one
 table one precision step at a time, always the step that loses the least validation AUC per
@@ -18,7 +19,9 @@ Without a checkpoint the command also chooses each feature's dim and row scheme
 (:mod:`embeddings.layouts`): it trains the config as it is (``full``), at the widest uniform
 dim and at the mixed-dimension (MDE) dims that fit the budget at int8 and at int4, on
 quotient-remainder and on hashed tables for the large features, and at a dimension plan found
-earlier (``--dims-plan``, e.g. DNIS's from ``salience dims``); runs the precision search on each
+earlier (``--dims-plan``, e.g. DNIS's from ``salience dims``) and at the dims and row schemes an
+importance ranking calls for (``--importance``, a ``salience rank`` report: the lower half of the
+features on quotient-remainder rows, dims that follow the ranks); runs the precision search on each
 under the budget; and keeps the layout with the most validation AUC. The test split is read
 once per layout's final model and only reported.
 
@@ -41,7 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from embeddings.compress import Compressed, parse_budget, plot_frontier, uniform_bytes
-from embeddings.layouts import KINDS, choose_layout, layouts_for_budget, train_layouts
+from embeddings.layouts import KINDS, choose_layout, layouts_for_budget, read_ranking, train_layouts
 from recsys.export.quantize import PrecisionError
 from recsys.models.base import RankingModel, SparseArch
 
@@ -63,6 +66,8 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
                         help=f"without --checkpoint: the layouts trained, from {','.join(KINDS)} (default: %(default)s; "
                              "plan is added with --dims-plan)")
     parser.add_argument("--dims-plan", help="without --checkpoint: a dimension plan JSON (salience dims) trained as one more layout")
+    parser.add_argument("--importance", help="without --checkpoint: an importance report JSON (salience rank --output) whose "
+                        "ranking sizes one more layout per precision (importance@int8, importance@int4)")
     parser.add_argument("--seed", type=int, help="without --checkpoint: seed_everything of every layout's fit (default: the config's)")
     parser.add_argument("--max-epochs", type=int, help="without --checkpoint: trainer.max_epochs of every layout's fit")
     args = parser.parse_args(argv)
@@ -71,7 +76,7 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
     if args.tolerance is not None and not args.tolerance >= 0:
         parser.error(f"--tolerance must be >= 0, got {args.tolerance}")
     if args.checkpoint:
-        given = [f"--{k.replace('_', '-')}" for k in ("dims_plan", "seed", "max_epochs") if getattr(args, k) is not None]
+        given = [f"--{k.replace('_', '-')}" for k in ("dims_plan", "importance", "seed", "max_epochs") if getattr(args, k) is not None]
         if given:
             parser.error(f"{', '.join(given)} apply to the layout search (without --checkpoint)")
         return _from_checkpoint(args, parser)
@@ -134,9 +139,11 @@ def _with_layouts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
         dims_plan = dict(DimensionPlan.load(args.dims_plan).dims)
         kinds += [] if "plan" in kinds else ["plan"]
     try:
-        layouts = layouts_for_budget(recipe.schema, budget, kinds=kinds, dims_plan=dims_plan)
+        ranking = read_ranking(args.importance) if args.importance else None
+        kinds += [] if ranking is None or "importance" in kinds else ["importance"]
+        layouts = layouts_for_budget(recipe.schema, budget, kinds=kinds, dims_plan=dims_plan, ranking=ranking)
     except ValueError as e:
-        parser.error(f"--layouts / --dims-plan: {e}")
+        parser.error(f"--layouts / --dims-plan / --importance: {e}")
     start = time.perf_counter()
     trained = train_layouts(recipe, layouts, seed=args.seed, max_epochs=args.max_epochs)
     dm = next(iter(trained.values())).datamodule

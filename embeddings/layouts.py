@@ -13,6 +13,11 @@ reach:
   than the config's widest dim) with the embedding parameters that fit the budget at that
   precision;
 * ``plan``: a dimension plan found earlier (``salience dims``: DNIS, iHAS), when given;
+* ``importance@int8`` / ``importance@int4``: per-feature dims and row schemes from an importance
+  ranking found earlier (``salience rank`` / ``select``: OutRank, LeAP, ...), when given: the
+  lower half of the ranking moves to quotient-remainder rows, and every feature's dim follows
+  its rank (``D * (n - rank + 1) / n``, the largest ``D`` that fits; [INF], see
+  :func:`importance_layout`);
 * ``qr`` / ``hash``: the config's dims on quotient-remainder tables (Shi et al. 2020) or on a
   hashed table of the same rows, for every feature of at least ``min_ids`` ids.
 
@@ -33,6 +38,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from embeddings.compress import CompressResult, search_precisions
@@ -40,12 +46,15 @@ from recsys.data.schema import Schema
 from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan
 from recsys.models.base import RankingModel, SparseArch
 
-__all__ = ["Layout", "LayoutChoice", "TrainedLayout", "choose_layout", "layouts_for_budget", "row_schemes", "train_layouts"]
+__all__ = [
+    "Layout", "LayoutChoice", "TrainedLayout", "choose_layout", "importance_layout", "layouts_for_budget", "read_ranking",
+    "row_schemes", "train_layouts",
+]
 
 #: features with fewer ids keep their full table under the qr / hash layouts
 MIN_IDS = 64
 #: every layout kind :func:`layouts_for_budget` knows, in the order it lists them
-KINDS = ("full", "uniform", "mde", "plan", "qr", "hash")
+KINDS = ("full", "uniform", "mde", "plan", "importance", "qr", "hash")
 #: the precisions the dims layouts are sized for
 SIZED_AT = (Precision.INT8, Precision.INT4)
 
@@ -123,8 +132,66 @@ def _mde_dims(schema: Schema, budget: int, precision: Precision) -> dict[str, in
     return dims
 
 
+def read_ranking(path: str | Path) -> list[str]:
+    """The features of an importance report JSON (``salience rank --output``, ``select``), most
+    important first (by their ``rank``: screens such as the ID screen already applied), then the
+    features the method excluded (constant, all missing, ...) by name."""
+    try:
+        report = json.loads(Path(path).read_text())
+        ranked = sorted(report["features"], key=lambda f: (f["rank"], str(f["feature"])))
+        return [str(f["feature"]) for f in ranked] + sorted(map(str, report.get("excluded") or {}))
+    except FileNotFoundError as e:
+        raise ValueError(f"{path}: no such importance report") from e
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{path}: not an importance report (expected 'features' entries with 'feature' and "
+                         f"'rank', as `salience rank --output` writes): {e!r}") from e
+
+
+def importance_layout(schema: Schema, budget: int, precision: Precision, ranking: Sequence[str],
+                      min_ids: int = MIN_IDS) -> Layout | None:
+    """Dims and row schemes that follow an importance ranking, sized for ``budget`` bytes at
+    ``precision`` (our own rule, [INF]); None when not even dim 4 fits.
+
+    The sparse features are ranked by their order in ``ranking`` (1 = most important, of ``n``).
+    Those in the lower half (rank > n / 2) with at least ``min_ids`` ids move to
+    quotient-remainder rows (:func:`row_schemes`): the bytes their identity would cost go to the
+    features that matter. Feature ``f`` gets dim ``clamp(4 * floor(D * w_f / 4), 4, widest)`` with
+    ``w_f = (n - rank_f + 1) / n`` and the config's widest dim ``widest``; ``D`` is the largest
+    that fits (found by bisection: the bytes grow with ``D``).
+
+    Raises:
+        ValueError: ``ranking`` misses some of the schema's sparse features (named).
+    """
+    sparse = [f.name for f in schema.sparse]
+    order = [f for f in ranking if f in set(sparse)]
+    missing = sorted(set(sparse) - set(order))
+    if missing:
+        raise ValueError(f"the importance ranking has no entry for sparse feature(s) {missing}")
+    n = len(order)
+    rank = {f: i + 1 for i, f in enumerate(order)}
+    qr = {f: spec for f, spec in row_schemes(schema, "qr", min_ids).items() if rank[f] > n / 2}
+    ids = _rows(schema)
+    rows = {f: (math.ceil(ids[f] / qr[f]["buckets"]) + qr[f]["buckets"]) if f in qr else ids[f] for f in sparse}
+    widest = max(4, max(int(f.embedding_dim) for f in schema.sparse) // 4 * 4)
+
+    def dims(d: float) -> dict[str, int]:
+        return {f: min(widest, max(4, 4 * math.floor(d * (n - rank[f] + 1) / n / 4))) for f in sparse}
+
+    def size(d: float) -> int:
+        return sum(rows[f] * precision.row_bytes(dim) for f, dim in dims(d).items())
+
+    if size(0.0) > budget:
+        return None
+    lo, hi = 0.0, float(widest * n)  # size(hi): every dim at widest
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if size(mid) <= budget else (lo, mid)
+    return Layout(f"importance@{precision.value}", dims=dims(lo), rows=qr)
+
+
 def layouts_for_budget(schema: Schema, budget: int, *, kinds: Sequence[str] = ("full", "uniform", "mde", "qr", "hash"),
-                       dims_plan: Mapping[str, int] | None = None, min_ids: int = MIN_IDS) -> list[Layout]:
+                       dims_plan: Mapping[str, int] | None = None, ranking: Sequence[str] | None = None,
+                       min_ids: int = MIN_IDS) -> list[Layout]:
     """The layouts of the module docstring for ``budget`` bytes, duplicates (the same dims and
     rows) listed once.
 
@@ -133,6 +200,7 @@ def layouts_for_budget(schema: Schema, budget: int, *, kinds: Sequence[str] = ("
         budget: embedding bytes.
         kinds: which of :data:`KINDS` to list (``plan`` needs ``dims_plan``).
         dims_plan: feature -> dim of a plan found earlier (e.g. ``DimensionPlan.load(p).dims``).
+        ranking: features, most important first, for ``importance`` (e.g. :func:`read_ranking`).
         min_ids: the qr / hash layouts leave smaller tables full.
     """
     unknown = [k for k in kinds if k not in KINDS]
@@ -140,6 +208,8 @@ def layouts_for_budget(schema: Schema, budget: int, *, kinds: Sequence[str] = ("
         raise ValueError(f"unknown layout kind(s) {unknown}; choose from {list(KINDS)}")
     if "plan" in kinds and not dims_plan:
         raise ValueError("the 'plan' layout needs a dimension plan (--dims-plan)")
+    if "importance" in kinds and not ranking:
+        raise ValueError("the 'importance' layout needs an importance ranking (--importance)")
     config_dims = {f.name: int(f.embedding_dim) for f in schema.sparse}
     out: list[Layout] = []
     for kind in kinds:
@@ -155,6 +225,9 @@ def layouts_for_budget(schema: Schema, budget: int, *, kinds: Sequence[str] = ("
             if missing:
                 raise ValueError(f"the dimension plan has no dim for {missing}")
             out.append(Layout("plan", dims={f: int(dims_plan[f]) for f in config_dims}))
+        elif kind == "importance":
+            assert ranking is not None
+            out += [x for p in SIZED_AT if (x := importance_layout(schema, budget, p, ranking, min_ids)) is not None]
         else:
             for p in SIZED_AT:
                 if kind == "uniform":

@@ -20,7 +20,9 @@ checkpoint (:func:`embeddings.layouts.choose_layout`): the per-table precision s
 validation AUC on every trained layout under ``--budget`` x the uniform-16 fp32 bytes, the
 layout keeping the most validation AUC chosen. Its layouts are the four above plus those
 :func:`embeddings.layouts.layouts_for_budget` sizes for the budget (the widest uniform dim and
-the mixed-dimension MDE dims that fit at int8 and at int4; one retraining each).
+the mixed-dimension MDE dims that fit at int8 and at int4, and the dims and row schemes that
+follow OutRank's ranking of the training split, :func:`embeddings.layouts.importance_layout`;
+one retraining each).
 """
 
 from __future__ import annotations
@@ -106,7 +108,10 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
     layouts = {n: x for n, x in layouts.items() if "budget" in techniques or any(_scheme_of(t) == n for t in techniques)}
     if "budget" in techniques:  # the dims the budget allows, where they differ from the four above
         known = [x.dims for x in layouts.values()]
-        layouts |= {x.name: x for x in layouts_for_budget(recipe.schema, budget, kinds=("uniform", "mde")) if x.dims not in known}
+        ranking = _importance_ranking(recipe)
+        out["importance_ranking"] = ranking
+        sized = layouts_for_budget(recipe.schema, budget, kinds=("uniform", "mde", "importance"), ranking=ranking)
+        layouts |= {x.name: x for x in sized if x.dims not in known or x.rows}
     models = {}
     for name, layout in layouts.items():
         model, dm, seconds = _fit(recipe, seed, quick, layout.overrides())
@@ -140,6 +145,14 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
     for t in techniques:  # side by side, after every export is written
         out["techniques"][t]["latency_ms"] = exported_latency(exports[t], sample, (1, 1024))
     return out
+
+
+def _importance_ranking(recipe: Any) -> list[str]:
+    """OutRank's ranking of the training split (model-free; the ``importance`` layouts follow it)."""
+    from selection.outrank import OutRank
+
+    report = OutRank().rank(recipe)
+    return [f.feature for f in report.features] + sorted(report.excluded)
 
 
 def _budget_search(models: dict[str, Any], budget: int, fraction: float, val: Any) -> tuple[Any, Any, dict[str, Any]]:

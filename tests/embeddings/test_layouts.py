@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from embeddings.compress import uniform_bytes
-from embeddings.layouts import Layout, choose_layout, layouts_for_budget, row_schemes, train_layouts
+from embeddings.layouts import Layout, choose_layout, importance_layout, layouts_for_budget, read_ranking, row_schemes, train_layouts
 from experiments.cli import main as salience
 from recsys.export.quantize import Precision, PrecisionError
 from recsys.train.recipe import Recipe
@@ -30,6 +30,8 @@ def recipe(tmp_path_factory: pytest.TempPathFactory) -> Recipe:
 
 def _bytes(schema, layout: Layout, precision: Precision) -> int:
     rows = {f.name: int(f.num_embeddings) for f in schema.sparse}
+    for f, spec in layout.rows.items():  # a quotient-remainder table: ceil(n / m) + m rows
+        rows[f] = math.ceil(rows[f] / spec["buckets"]) + spec["buckets"]
     dims = layout.dims or {f.name: int(f.embedding_dim) for f in schema.sparse}
     return sum(rows[f] * precision.row_bytes(d) for f, d in dims.items())
 
@@ -69,6 +71,49 @@ def test_row_schemes_cover_the_large_features_only(recipe: Recipe) -> None:
         row_schemes(recipe.schema, "bloom")
 
 
+def test_the_importance_layout_widens_what_matters_and_shares_rows_of_what_does_not(recipe: Recipe, tmp_path: Path) -> None:
+    from selection.report import ImportanceReport
+
+    schema = recipe.schema
+    sparse = [f.name for f in schema.sparse]
+    ids = {f.name: f.num_embeddings for f in schema.sparse}
+    # the largest table ranked first (by size alone it would be the one to shrink), the second largest last
+    by_size = sorted(sparse, key=lambda f: -ids[f])
+    order = [by_size[0], *by_size[2:], by_size[1]]
+    scores = {f: float(len(order) - i) for i, f in enumerate(order)}
+    path = ImportanceReport.from_scores("outrank", {**scores, "price": -1.0},
+                                        excluded={"constant_field": "constant"}).save(tmp_path / "rank.json")
+    ranking = read_ranking(path)
+    assert ranking == [*order, "price", "constant_field"]
+    budget = uniform_bytes(schema) // 8
+    for precision in (Precision.INT8, Precision.INT4):
+        layout = importance_layout(schema, budget, precision, ranking)
+        assert layout is not None and layout.name == f"importance@{precision.value}"
+        assert _bytes(schema, layout, precision) <= budget
+        order = [f for f in ranking if f in ids]
+        dims = [layout.dims[f] for f in order]
+        assert dims == sorted(dims, reverse=True)  # never wider than a more important feature
+        # int4 halves a row's values: the bytes the shared rows free widen the top of the ranking
+        # (at int8 the budget is dim 4 everywhere, and the largest table ranks first)
+        assert dims[0] > dims[-1] or precision is Precision.INT8
+        assert all(d % 4 == 0 and 4 <= d <= 16 for d in dims)
+        half = set(order[len(order) // 2 + len(order) % 2:])  # rank > n / 2
+        assert set(layout.rows) == {f for f in half if ids[f] >= 64} and layout.rows  # QR for the lower half only
+        assert all(spec["scheme"] == "qr" for spec in layout.rows.values())
+        richer = importance_layout(schema, budget * 2, precision, ranking)
+        assert richer is not None and all(richer.dims[f] >= layout.dims[f] for f in order)
+    assert importance_layout(schema, 10, Precision.INT4, ranking) is None  # below dim 4 everywhere
+    listed = {x.name for x in layouts_for_budget(schema, budget, kinds=("importance",), ranking=ranking)}
+    assert listed == {"importance@int8", "importance@int4"}
+    with pytest.raises(ValueError, match="no entry for sparse feature"):
+        importance_layout(schema, budget, Precision.INT8, ranking[1:])
+    with pytest.raises(ValueError, match="needs an importance ranking"):
+        layouts_for_budget(schema, budget, kinds=("importance",))
+    (tmp_path / "bad.json").write_text(json.dumps({"scores": {}}))
+    with pytest.raises(ValueError, match="bad.json: not an importance report"):
+        read_ranking(tmp_path / "bad.json")
+
+
 def test_bad_layout_requests_are_refused(recipe: Recipe) -> None:
     budget = uniform_bytes(recipe.schema) // 8
     with pytest.raises(ValueError, match="unknown layout"):
@@ -100,10 +145,15 @@ def test_compress_without_a_checkpoint_trains_the_layouts_and_exports_the_best(t
     cfg["data"]["cache_dir"] = str(tmp_path / "cache")
     config.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "c"
+    from selection.report import ImportanceReport
+
+    schema = Recipe(str(config), quiet=True).schema
+    rank = ImportanceReport.from_scores("outrank", {f.name: -i for i, f in enumerate(schema.sparse)}).save(tmp_path / "rank.json")
     assert salience(["compress", "--config", str(config), "--budget", "0.125x", "--output", str(out),
-                     "--layouts", "full,uniform,hash", "--seed", "0"]) == 0
+                     "--layouts", "full,uniform,hash", "--importance", str(rank), "--seed", "0"]) == 0
     plan = json.loads((out / "plan.json").read_text())
     layouts = {c["layout"]: c for c in plan["layouts"]}
+    assert {"importance@int8", "importance@int4"} <= set(layouts) | set(plan["skipped_layouts"])
     assert plan["layout"]["name"] == next(n for n, c in layouts.items() if c["chosen"])
     assert plan["layout"]["name"] == max(layouts, key=lambda n: layouts[n]["val_auc"])
     assert plan["bytes"] <= plan["budget_bytes"] == int(0.125 * plan["uniform16_fp32_bytes"])
@@ -124,3 +174,8 @@ def test_compress_without_a_checkpoint_trains_the_layouts_and_exports_the_best(t
         salience(["compress", "--checkpoint", "x.ckpt", "--config", str(config), "--budget", "0.1x", "--seed", "1",
                   "--output", str(tmp_path / "x")])
     assert "--seed apply to the layout search" in capsys.readouterr().err
+    (tmp_path / "scores.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        salience(["compress", "--config", str(config), "--budget", "0.125x", "--importance", str(tmp_path / "scores.json"),
+                  "--output", str(tmp_path / "x")])
+    assert "scores.json: not an importance report" in capsys.readouterr().err

@@ -34,6 +34,9 @@ def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: 
     for r in runs:  # the budget search fits its plan under 0.3 x the uniform-16 fp32 bytes
         assert r["techniques"]["budget"]["embedding_bytes"] <= r["budget"]["budget_bytes"]
         assert r["budget"]["chosen_layout"] in r["fit_seconds"] and r["budget"]["validation_passes"] > 3
+        # the importance layouts follow OutRank's ranking of the training split (every sparse feature in it)
+        (importance,) = {"importance@int8", "importance@int4"} & set(r["fit_seconds"])  # one at 0.3x: widest dims at both
+        assert set(r["embedding_dims"][importance]) <= set(r["importance_ranking"])
     assert all(set(r["techniques"]["int8"]["latency_ms"]) == {"1", "1024"} for r in runs)
     assert len(s["chosen_on_validation"]["techniques"]) == 2
     assert "int8 within 0.0005 test AUC of fp32" in result["datasets"]["synthetic"]["verdicts"]
