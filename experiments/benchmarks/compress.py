@@ -292,9 +292,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         "hashed table of the same rows. Precisions quantize a trained model's tables after training (per-row "
         "min-max with fp16 scale and bias for int8/int4). Changes are paired per seed against fp32; +/- is the "
         "standard error over seeds. Latency is the exported TorchScript model's call, every technique timed side "
-        "by side on the same rows. The budget search also trains the widest uniform dim and the mixed-dimension "
-        "(MDE) dims that fit the budget at int8 and at int4 (`embeddings.layouts`), and chooses among all layouts "
-        "on validation AUC.",
+        "by side on the same rows. The budget search also trains the widest uniform dim, the mixed-dimension "
+        "(MDE) dims and the importance layout (dims that follow OutRank's ranking of the training split, its "
+        "lower half on quotient-remainder rows) that fit the budget at int8 and at int4 (`embeddings.layouts`), "
+        "and chooses among all layouts on validation AUC.",
         "",
         "| dataset | technique | embedding bytes (x fp32) | test AUC | test AUC change | test log loss | "
         "export size (x fp32) | latency b=1 (x fp32) | latency b=1024 (x fp32) |",
