@@ -151,5 +151,11 @@ def to_markdown(result: dict[str, Any]) -> str:
         *_table_rows(result),
         "",
         "Byte model of the lookup rows: " + result["sections"]["embedding_lookup"]["byte_model"] + ".",
+        "",
+        (
+            f"The training rows time steps, not learning: each batch size cycles {result['config']['train_pool']} "
+            "device-resident batches whose labels are random (25% positive), so a model that takes many steps "
+            "memorises them and its final loss falls towards 0."
+        ),
     ]
     return "\n".join(lines) + "\n"
