@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "BETTER", "TIE", "WORSE", "isolated_workdir", "majority_verdict", "result_header", "spread_of_difference",
-    "verdict",
+    "BETTER", "TIE", "WORSE", "hardware_text", "isolated_workdir", "majority_verdict", "result_header",
+    "spread_of_difference", "verdict",
 ]
 
 #: the three outcomes of a comparison
@@ -68,6 +68,12 @@ def majority_verdict(per_task: Sequence[str]) -> str:
         if sum(v == outcome for v in per_task) * 2 > len(per_task):
             return outcome
     return TIE
+
+
+def hardware_text(hardware: Mapping[str, Any]) -> str:
+    """``AMD EPYC (2 cores), no GPU`` or ``... , GPU NVIDIA H200``: a result's hardware in words."""
+    gpu = hardware.get("gpu")
+    return f"{hardware['cpu']} ({hardware['cores']} cores), " + (f"GPU {gpu}" if gpu else "no GPU")
 
 
 def result_header(benchmark: str, argv: Sequence[str] | None, quick: bool, targets: dict[str, Any]) -> dict[str, Any]:

@@ -40,7 +40,7 @@ from typing import Any
 
 from embeddings.compress import uniform_bytes
 from embeddings.layouts import MIN_IDS, Layout, layouts_for_budget, row_schemes
-from experiments.benchmarks._common import isolated_workdir, result_header
+from experiments.benchmarks._common import hardware_text, isolated_workdir, result_header
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -280,7 +280,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "# Compression: embedding bytes against AUC (quantized tables, QR and hashed rows)",
         "",
         f"Command: `{result['command'].strip()}`  ",
-        f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
+        f"Date: {result['date']}; hardware: {hardware_text(result['hardware'])}; "
         f"seeds: {result['seeds']}; choice tolerance on validation AUC: {result['tolerance']}.",
         *[f"Rows of {name} measured by `{d['command'].strip()}` (kept with `--merge`)."
           for name, d in result["datasets"].items() if d.get("command") and d["command"] != result["command"]],

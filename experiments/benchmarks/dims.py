@@ -36,7 +36,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from experiments.benchmarks._common import isolated_workdir, result_header, spread_of_difference, verdict
+from experiments.benchmarks._common import (
+    hardware_text,
+    isolated_workdir,
+    result_header,
+    spread_of_difference,
+    verdict,
+)
 from recsys.io import atomic_savefig, atomic_write_text
 
 if TYPE_CHECKING:
@@ -289,7 +295,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "# Embedding dims: uniform, MDE, DNIS and iHAS at matched budgets",
         "",
         f"Command: `{result['command']}`  ",
-        f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
+        f"Date: {result['date']}; hardware: {hardware_text(result['hardware'])}; "
         f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}; wall time {result['seconds']} s.",
         "",
         f"Budget of mde, dnis and ihas: half of the uniform-16 model's embedding parameters. Targets: DNIS test AUC "

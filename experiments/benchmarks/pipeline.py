@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.benchmarks._common import isolated_workdir, result_header
+from experiments.benchmarks._common import hardware_text, isolated_workdir, result_header
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -52,8 +52,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"# Pipeline: {result['pipeline']} from raw data to a smaller served model",
         "",
         f"Command: `{result['command'].strip()}`  ",
-        f"Config: `{result['config']}`; date: {result['date']}; hardware: {result['hardware']['cpu']} "
-        f"({result['hardware']['cores']} cores), no GPU; wall time {result['seconds']:.0f} s.",
+        f"Config: `{result['config']}`; date: {result['date']}; hardware: {hardware_text(result['hardware'])}; "
+        f"wall time {result['seconds']:.0f} s.",
         "",
         "| | original | final | change |",
         "|---|---|---|---|",

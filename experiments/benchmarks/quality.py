@@ -105,15 +105,20 @@ def _hardware() -> dict[str, Any]:
 
     from experiments.benchmarks.train_throughput import _cpu_model
 
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": None}
+    import torch
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": gpu}
 
 
 def to_markdown(result: dict[str, Any]) -> str:
+    from experiments.benchmarks._common import hardware_text  # _common imports this module
+
     lines = [
         "# Quality: test AUC / log loss on real CTR data",
         "",
         f"Command: `{result['command']}`  ",
-        f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
+        f"Date: {result['date']}; hardware: {hardware_text(result['hardware'])}; "
         f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}.  ",
         "Protocol: committed configs `experiments/configs/<dataset>_<arch>.yaml`, seeded 8:1:1 split "
         "(Frappe: validation + test libFM files pooled), early stopping on validation AUC, best checkpoint on test.",

@@ -46,11 +46,11 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from experiments.benchmarks._common import result_header
+from experiments.benchmarks._common import hardware_text, result_header
 from experiments.benchmarks._criteo_synth import write_criteo_tsv
 from recsys.io import atomic_savefig, atomic_write_json, atomic_write_text
 from recsys.runtime import process_peak_rss_mb
@@ -61,6 +61,16 @@ log = logging.getLogger(__name__)
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 STEPS = ("prepare", "quality", "outrank", "train", "pipeline")
+#: steps run only when ``--only`` names them: the training DataLoader alone, and training on a GPU
+EXTRA_STEPS = ("loader", "train_cuda")
+#: steps whose rate is samples/s of training batches (the others: rows/s of the raw file)
+SAMPLE_STEPS = ("train", "train_cuda", "loader")
+_EXTRA_TEXT = {
+    "loader": "the training DataLoader alone, shards to batches without a model (samples/s over the timed batches; "
+              "wall s is that timing only).",
+    "train_cuda": "`train` on one CUDA device with the plain kernel (no CUDA build of fbgemm-gpu needed), samples/s "
+                  "of the timed steps.",
+}
 ENGINES = ("blocks", "open_csv", "dataset", "polars", "duckdb")
 TARGETS = {
     "completes_at_rows": 45_000_000,
@@ -77,14 +87,16 @@ QUICK_ROWS, QUICK_STEPS, QUICK_WARMUP = (20_000,), 5, 2
 # ---------------------------------------------------------------------------------------------
 
 
-def _config(path: Path, work: Path, batch_size: int) -> dict[str, Any]:
-    """The ``salience fit`` config every step reads the file through."""
+def _config(path: Path, work: Path, batch_size: int, cuda: bool = False) -> dict[str, Any]:
+    """The ``salience fit`` config every step reads the file through (``cuda``: on one GPU, with
+    the plain kernel, which needs no CUDA build of fbgemm-gpu)."""
     return {
         "seed_everything": 0,
-        "trainer": {"max_epochs": 10_000, "default_root_dir": str(work / "runs")},
+        "trainer": {"max_epochs": 10_000, "default_root_dir": str(work / "runs"),
+                    **({"accelerator": "cuda", "devices": 1} if cuda else {})},
         "model": {
             "backbone": {"class_path": "recsys.models.DCNv2", "init_args": {}},
-            "embedding_kernel": "fused",
+            "embedding_kernel": "plain" if cuda else "fused",
             "early_stopping_patience": 0,
         },
         "data": {
@@ -186,11 +198,11 @@ class _StepTimer:
         return StepTimer()
 
 
-def _step_train(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+def _step_train(path: Path, work: Path, args: argparse.Namespace, cuda: bool = False) -> dict[str, Any]:
     from recsys.train.recipe import Recipe
 
     timer = _StepTimer(args.warmup)
-    recipe = Recipe(_config(path, work, args.batch_size))
+    recipe = Recipe(_config(path, work, args.batch_size, cuda))
     fit = recipe.fit(
         tracking=False,
         callbacks=[timer],
@@ -212,6 +224,40 @@ def _step_train(path: Path, work: Path, args: argparse.Namespace) -> dict[str, A
         # fp32 weights plus the fused optimizer's per-row state (at most one float per weight)
         "table_mb": round(sum(int(f.num_embeddings or 0) * f.embedding_dim for f in sparse) * 8 / 2**20, 1),
     }
+
+
+def _step_train_cuda(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """``train`` on one CUDA device (plain kernel): is the data path fast enough for a GPU?"""
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"error": "train_cuda needs a CUDA device; none is visible"}
+    return {**_step_train(path, work, args, cuda=True), "device": torch.cuda.get_device_name(0)}
+
+
+def _step_loader(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """The training DataLoader alone (shards decoded into batches, no model): the samples/s the
+    data path can feed a trainer, timed over ``steps`` batches after ``warmup``."""
+    from recsys.train.recipe import Recipe
+
+    dm = Recipe(_config(path, work, args.batch_size)).datamodule
+    dm.prepare_data()
+    dm.setup("fit")
+
+    def epochs() -> Iterator[Any]:  # more steps than one epoch has: the next epoch, as a trainer would
+        while True:
+            yield from dm.train_dataloader()
+
+    batches = epochs()
+    for _ in range(args.warmup):
+        next(batches)
+    _CLOCK.start()  # the preparation above (or the cache load) is not the loader's cost
+    start, seen = time.perf_counter(), 0
+    for _ in range(args.steps):
+        seen += len(next(batches).labels)
+    seconds = time.perf_counter() - start
+    _CLOCK.stop()
+    return {"rows": seen, "steps": args.steps, "samples_per_s": round(seen / seconds, 1)}
 
 
 def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -301,7 +347,8 @@ def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, 
 
 
 _STEP_FUNCS = {"prepare": _step_prepare, "quality": _step_quality, "outrank": _step_outrank, "train": _step_train,
-               "pipeline": _step_pipeline, "engine": _step_engine}
+               "pipeline": _step_pipeline, "engine": _step_engine, "loader": _step_loader,
+               "train_cuda": _step_train_cuda}
 
 
 #: modules each step imports, loaded before its clock starts (import time is not the step's cost)
@@ -310,6 +357,8 @@ _IMPORTS = {
     "quality": ("selection.cli", "selection.quality", "selection.quality_stream", "selection.outrank_stream"),
     "outrank": ("selection.cli", "selection", "selection.outrank_stream"),
     "train": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
+    "train_cuda": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
+    "loader": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.prepare_stream"),
     "pipeline": ("experiments.pipeline.cli", "experiments.pipeline.runner", "recsys.train.recipe"),
     "engine": ("recsys.data.readers", "pyarrow.csv", "pyarrow.dataset"),
 }
@@ -332,7 +381,7 @@ def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) ->
     wall = _CLOCK.end - _CLOCK.begin
     out.update(seconds=round(wall, 2), cpu_seconds=round(_CLOCK.cpu_end - _CLOCK.cpu, 2),
                peak_rss_mb=round(process_peak_rss_mb(), 1))  # across the pipeline's per-stage resets
-    if step != "train" and out.get("rows") and not out.get("resumed_after"):
+    if step not in SAMPLE_STEPS and out.get("rows") and not out.get("resumed_after"):
         out["rows_per_s"] = round(out["rows"] / wall, 1)
     return out
 
@@ -397,7 +446,7 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     def step(size: dict[str, Any], name: str) -> dict[str, Any]:
         return dict(size.get("steps", {}).get(name) or {})
 
-    done = [s for s in sizes if all("error" not in v for v in s["steps"].values())]
+    done = [s for s in sizes if all("error" not in v for k, v in s["steps"].items() if k in STEPS)]
     largest = max(done, key=lambda s: s["rows"]) if done else None
     out["completes"] = {"largest_completed_rows": largest["rows"] if largest else None,
                         "steps": sorted(largest["steps"]) if largest else [],
@@ -434,7 +483,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "# Scale: cost and memory against rows (Criteo-shaped synthetic TSV)",
         "",
         *[f"Command: `{c}`  " for c in commands],
-        f"Date: {result['date']}; hardware: {result['hardware']}",
+        f"Date: {result['date']}; hardware: {hardware_text(result['hardware'])}",
         "",
         "| rows | file MB | step | wall s | rows/s (samples/s) | peak RSS MB |",
         "|---:|---:|---|---:|---:|---:|",
@@ -448,10 +497,13 @@ def to_markdown(result: dict[str, Any]) -> str:
                 earlier = m["resumed_after"]
                 name = (f"{name} (resumed after {', '.join(earlier)}: {sum(earlier.values()):.0f} s in an earlier "
                         "invocation, not in this row's wall time and peak)")
-            rate = m.get("samples_per_s") if name == "train" else m.get("rows_per_s")
+            rate = m.get("samples_per_s") if name in SAMPLE_STEPS else m.get("rows_per_s")
             lines.append(f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | "
                          f"{rate:,.0f} | {m['peak_rss_mb']:,.0f} |" if rate else
                          f"| {size['rows']:,} | {size['file_mb']} | {name} | {m['seconds']} | - | {m['peak_rss_mb']:,.0f} |")
+    extra = {name for size in result["sizes"] for name in size["steps"] if name in EXTRA_STEPS}
+    if extra:
+        lines += ["", *[f"`{name}`: {_EXTRA_TEXT[name]}  " for name in EXTRA_STEPS if name in extra]]
     staged = [(size["rows"], size["steps"]["pipeline"]) for size in result["sizes"]
               if any((size["steps"].get("pipeline") or {}).get("stage_peak_rss_mb", {}).values())]
     if staged:
@@ -498,7 +550,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(10, 4))
-    for name in STEPS:
+    for name in STEPS + EXTRA_STEPS:
         pts = [(s["rows"], s["steps"][name]) for s in result["sizes"] if "error" not in s["steps"].get(name, {"error": 1})]
         if not pts:
             continue
@@ -539,7 +591,10 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                        help="pipeline step: resume the work dir's stopped pipeline instead of restarting it (the "
                             "result names the stages an earlier invocation ran; its time and peak RSS are not included)")
     parser.add_argument("--rows", default="1000000,5000000,45000000", help="comma-separated sizes")
-    parser.add_argument("--only", default=",".join(STEPS), help=f"comma-separated steps, of: {', '.join(STEPS)}")
+    parser.add_argument("--only", default=",".join(STEPS),
+                        help=f"comma-separated steps, of: {', '.join(STEPS)} (the default) and {', '.join(EXTRA_STEPS)}")
+    parser.add_argument("--name", default="scale", help="result files NAME.{json,md,png} (another machine's run: "
+                                                       "another name, so its rows are not mixed with these)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-engines", action="store_true", help="skip the engine comparison")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the data and shards go (default: a temp dir; with --keep-data, files there are reused)")
@@ -565,6 +620,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.render is not None:
         saved = json.loads(args.render.read_text())
         saved["verdicts"] = verdicts(saved["sizes"])
+        if not saved["hardware"].get("gpu"):  # written before the header looked for a GPU: the steps' own record
+            gpus = {m["device"] for size in saved["sizes"] for m in size["steps"].values() if m.get("device")}
+            saved["hardware"]["gpu"] = ", ".join(sorted(gpus)) or None
         _write(saved, args.render.parent, args.render.stem)
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
@@ -572,15 +630,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.steps, args.warmup, args.pipeline_steps = QUICK_STEPS, QUICK_WARMUP, QUICK_STEPS
     args.steps_list = [s.strip() for s in args.only.split(",") if s.strip()]
-    unknown = sorted(set(args.steps_list) - set(STEPS))
+    unknown = sorted(set(args.steps_list) - set(STEPS + EXTRA_STEPS))
     if unknown:
-        raise SystemExit(f"--only: unknown step(s) {unknown}; of: {', '.join(STEPS)}")
+        raise SystemExit(f"--only: unknown step(s) {unknown}; of: {', '.join(STEPS + EXTRA_STEPS)}")
     shown = list(argv) if argv is not None else sys.argv[1:]
     if "--work-dir" in shown:  # a scratch folder of this machine: not part of the result's identity
         i = shown.index("--work-dir")
         del shown[i:i + 2]
     result: dict[str, Any] = {**result_header("scale", shown, args.quick, TARGETS), "sizes": []}
-    name = "scale_quick" if args.quick else "scale"
+    name = f"{args.name}_quick" if args.quick else args.name
     earlier: dict[int, dict[str, Any]] = {}
     if args.merge and (args.output_dir / f"{name}.json").is_file():
         previous = json.loads((args.output_dir / f"{name}.json").read_text())

@@ -42,7 +42,15 @@ from typing import Any, Literal
 
 import numpy as np
 
-from experiments.benchmarks._common import BETTER, TIE, WORSE, isolated_workdir, result_header, verdict
+from experiments.benchmarks._common import (
+    BETTER,
+    TIE,
+    WORSE,
+    hardware_text,
+    isolated_workdir,
+    result_header,
+    verdict,
+)
 from recsys.io import atomic_savefig, atomic_write_text
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
@@ -452,7 +460,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"Command: `{result['command']}`  ",
         *([f"Earlier commands (parts kept with `--merge`): {', '.join(f'`{c}`' for c in result['earlier_commands'])}  "]
           if result.get("earlier_commands") else []),
-        f"Date: {result['date']}; hardware: {result['hardware']['cpu']} ({result['hardware']['cores']} cores), no GPU; "
+        f"Date: {result['date']}; hardware: {hardware_text(result['hardware'])}; "
         f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}; wall time {result['seconds']} s.",
         "",
         "Every value is the mean over the ranking seeds +/- their standard deviation. A verdict says better/best "

@@ -51,3 +51,23 @@ def test_quick_run_writes_every_result_file(tmp_path):
     assert result["verdicts"]["completes"]["verdict"] == "NOT met"  # 20k rows is not 45M
     assert (out / "scale_quick.md").read_text().count("| prepare |") == 1
     assert (out / "scale_quick.png").stat().st_size > 0
+
+
+def test_loader_step_times_the_data_path_alone_under_its_own_name(tmp_path):
+    out = tmp_path / "out"
+    assert scale.main(["--quick", "--only", "loader,train_cuda", "--no-engines", "--name", "scale_probe",
+                       "--output-dir", str(out)]) == 0
+    result = json.loads((out / "scale_probe_quick.json").read_text())
+    steps = result["sizes"][0]["steps"]
+    loader = steps["loader"]
+    assert "error" not in loader, loader
+    # the timed batches are whole training batches: steps x batch size rows (the quick set's
+    # 16k training rows hold more than the warm-up plus the timed steps)
+    assert loader["rows"] == scale.QUICK_STEPS * 2048 and loader["samples_per_s"] > 0
+    import torch
+
+    if not torch.cuda.is_available():  # said, not raised, and not counted against the default steps
+        assert "needs a CUDA device" in steps["train_cuda"]["error"]
+    md = (out / "scale_probe_quick.md").read_text()
+    assert "| loader |" in md and "(scale_probe_quick.png)" in md
+    assert not (out / "scale_quick.json").exists()
