@@ -13,6 +13,7 @@ from experiments.benchmarks._common import (
     BETTER,
     TIE,
     WORSE,
+    hardware_text,
     isolated_workdir,
     majority_verdict,
     spread_of_difference,
@@ -146,3 +147,18 @@ def test_selection_above_random_needs_more_than_the_random_spread() -> None:
     assert above_random({"aukc": 0.75, "random_aukc_mean": 0.70, "random_aukc_std": 0.01}) == "yes"
     assert above_random({"aukc": 0.705, "random_aukc_mean": 0.70, "random_aukc_std": 0.01}) == "tie"
     assert above_random({"aukc": 0.60, "random_aukc_mean": 0.70, "random_aukc_std": 0.01}) == "NO"
+
+
+def test_hardware_names_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from experiments.benchmarks.quality import _hardware
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    hardware = _hardware()
+    assert hardware["gpu"] == "NVIDIA H200"
+    assert hardware_text(hardware).endswith("cores), GPU NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert _hardware()["gpu"] is None
+    assert hardware_text({"cpu": "AMD EPYC", "cores": 2, "gpu": None}) == "AMD EPYC (2 cores), no GPU"
