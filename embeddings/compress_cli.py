@@ -8,6 +8,14 @@
     salience compress --config CFG --budget 0.125x --output DIR
     salience compress --config CFG --budget 0.125x --layouts full,mde,qr --dims-plan runs/dims/plan.json --output DIR
     salience compress --config CFG --budget 0.125x --importance runs/rank/outrank.json --output DIR
+    # after a pipeline: its final config, its overrides, its ranking and dimension plan
+    salience compress --config OUT/final/reduced_config.yaml --budget 0.125x --importance OUT/selection/leap.json \
+        --dims-plan OUT/dims/plan.json --output DIR -- --data.reader.init_args.n_rows=50000
+
+Arguments it does not know (or all after ``--``) are ``salience fit`` overrides of the config,
+applied to its data and to every fit, as ``salience rank`` and ``select`` take them. With a
+checkpoint, the config (with those overrides) must encode the data as the checkpoint's own
+encoders do, else the command stops and says so.
 
 With a checkpoint, the trained model's tables start at fp32 and a lazy greedy search lowers one
 table one precision step at a time, always the step that loses the least validation AUC per
@@ -38,6 +46,7 @@ dim 16, 4 bytes a value: the reference issue 19 sizes against) or an absolute si
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -45,6 +54,7 @@ from typing import Any
 
 from embeddings.compress import Compressed, parse_budget, plot_frontier, uniform_bytes
 from embeddings.layouts import KINDS, choose_layout, layouts_for_budget, read_ranking, train_layouts
+from recsys.argv import split_passthrough
 from recsys.export.quantize import PrecisionError
 from recsys.models.base import RankingModel, SparseArch
 
@@ -70,7 +80,9 @@ def compress_main(argv: Sequence[str] | None = None) -> int:
                         "ranking sizes one more layout per precision (importance@int8, importance@int4)")
     parser.add_argument("--seed", type=int, help="without --checkpoint: seed_everything of every layout's fit (default: the config's)")
     parser.add_argument("--max-epochs", type=int, help="without --checkpoint: trainer.max_epochs of every layout's fit")
-    args = parser.parse_args(argv)
+    own, passthrough = split_passthrough(argv if argv is not None else sys.argv[1:])
+    args, overrides = parser.parse_known_args(own)
+    args.overrides = overrides + passthrough  # `salience fit` arguments, as `salience rank` and `select` take them
     if args.budget is None and args.tolerance is None:
         parser.error("give --budget (0.1x or 2MB), --tolerance (validation AUC, e.g. 0.001), or both")
     if args.tolerance is not None and not args.tolerance >= 0:
@@ -104,7 +116,11 @@ def _from_checkpoint(args: argparse.Namespace, parser: argparse.ArgumentParser) 
         parser.error(f"{args.checkpoint}: the model has no embedding tables to compress")
     reference = uniform_bytes(loaded.preprocessor.fitted_schema)
     budget = _budget(args, parser, reference)
-    dm = Recipe(args.config, quiet=True).datamodule
+    dm = Recipe(args.config, args.overrides, quiet=True).datamodule
+    if not dm.preprocessor.same_encoders(loaded.preprocessor, dims=False):
+        parser.error(f"{args.checkpoint} encodes its data otherwise than --config {args.config} does (other rows, "
+                     "features or vocabularies): give the config the checkpoint was trained with, and the same "
+                     "overrides (e.g. a pipeline's `overrides`) after it")
     val, test = dm.split_data("val"), dm.split_data("test")
     if val is None or test is None:
         parser.error(f"{args.config}: compress chooses on the validation split and reports the test split; the config lacks one")
@@ -129,7 +145,7 @@ def _with_layouts(args: argparse.Namespace, parser: argparse.ArgumentParser) -> 
     from recsys.train.recipe import Recipe
 
     out = Path(args.output)
-    recipe = Recipe(args.config, quiet=True, workdir=out / "fits", keep_checkpoints=False)
+    recipe = Recipe(args.config, args.overrides, quiet=True, workdir=out / "fits", keep_checkpoints=False)
     reference = uniform_bytes(recipe.schema)
     budget = _budget(args, parser, reference)
     assert budget is not None

@@ -506,10 +506,16 @@ class Preprocessor:
             "dense_stats": {k: list(v) for k, v in self.dense_stats.items()},
         }
 
-    def same_encoders(self, other: Preprocessor) -> bool:
+    def same_encoders(self, other: Preprocessor, dims: bool = True) -> bool:
         """Whether ``other`` encodes every value as this one does (schema, vocabularies in id order
-        with their counts, dense statistics), compared array to array: no Python object per token."""
-        if not (self.fitted and other.fitted) or self.fitted_schema.to_dict() != other.fitted_schema.to_dict():
+        with their counts, dense statistics), compared array to array: no Python object per token.
+        ``dims=False`` ignores the embedding dims (the model's, not the encoding's)."""
+        if not (self.fitted and other.fitted):
+            return False
+        schema, other_schema = self.fitted_schema, other.fitted_schema
+        if not dims:
+            schema, other_schema = schema.with_uniform_dim(1), other_schema.with_uniform_dim(1)
+        if schema.to_dict() != other_schema.to_dict():
             return False
         if self.dense_stats.keys() != other.dense_stats.keys() or any(
             tuple(map(float, self.dense_stats[k])) != tuple(map(float, other.dense_stats[k])) for k in self.dense_stats

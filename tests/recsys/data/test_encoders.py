@@ -175,6 +175,11 @@ def test_same_encoders_compares_array_to_array(pre: Preprocessor) -> None:
     key = next(iter(other.dense_stats))
     other.dense_stats[key] = (other.dense_stats[key][0] + 1.0, other.dense_stats[key][1])
     assert not other.same_encoders(pre) and not Preprocessor(pre.schema).same_encoders(pre)
+    # other embedding dims: the model differs, the encoding does not (dims=False)
+    wider = Preprocessor.from_bytes(pre.to_bytes())
+    wider.schema = wider.schema.with_dims({f.name: int(f.embedding_dim) + 4 for f in wider.schema.sparse})
+    assert not wider.same_encoders(pre) and wider.same_encoders(pre, dims=False)
+    assert not other.same_encoders(pre, dims=False)
 
 
 @settings(max_examples=30, deadline=None)

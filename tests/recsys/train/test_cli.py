@@ -174,6 +174,16 @@ def test_compress_fits_the_budget_exports_the_plan_and_refuses_an_impossible_one
     with pytest.raises(SystemExit):
         salience(["compress", "--checkpoint", ckpt, "--config", config, "--output", str(tmp_path / "x")])
     assert "--tolerance" in capsys.readouterr().err
+    # the data must be the checkpoint's: other rows are refused; the fit's own overrides are accepted
+    with pytest.raises(SystemExit):
+        salience(["compress", "--checkpoint", ckpt, "--config", str(CONFIG), "--budget", "0.2x", "--output", str(tmp_path / "x"),
+                  "--data.reader.init_args.n_rows=3000", f"--data.cache_dir={root / 'cache'}"])
+    assert "encodes its data otherwise than --config" in capsys.readouterr().err
+    over = tmp_path / "over"
+    assert salience(["compress", "--checkpoint", ckpt, "--config", str(CONFIG), "--budget", "0.2x", "--output", str(over),
+                     "--no-parity", "--", "--data.reader.init_args.n_rows=4000", "--data.reader.init_args.embedding_dim=8",
+                     "--data.batch_size=256", f"--data.cache_dir={root / 'cache'}"]) == 0
+    assert json.loads((over / "plan.json").read_text())["tables"] == plan["tables"]
     # a tolerance alone: as small as it allows, never below fp32's validation AUC by more
     tol = tmp_path / "t"
     assert salience(["compress", "--checkpoint", ckpt, "--config", config, "--tolerance", "0.0", "--output", str(tol)]) == 0
