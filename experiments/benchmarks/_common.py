@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import platform
 import shlex
 import sys
 import tempfile
@@ -22,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
-    "BETTER", "TIE", "WORSE", "hardware_text", "isolated_workdir", "majority_verdict", "result_header",
-    "spread_of_difference", "verdict",
+    "BETTER", "TIE", "WORSE", "hardware", "hardware_text", "isolated_workdir", "majority_verdict", "result_header",
+    "spread_of_difference", "verdict", "versions",
 ]
 
 #: the three outcomes of a comparison
@@ -70,23 +71,55 @@ def majority_verdict(per_task: Sequence[str]) -> str:
     return TIE
 
 
-def hardware_text(hardware: Mapping[str, Any]) -> str:
-    """``AMD EPYC (2 cores), no GPU`` or ``... , GPU NVIDIA H200``: a result's hardware in words."""
-    gpu = hardware.get("gpu")
-    return f"{hardware['cpu']} ({hardware['cores']} cores), " + (f"GPU {gpu}" if gpu else "no GPU")
+def versions() -> dict[str, str]:
+    """Installed versions, read from package metadata (nothing is imported: a GPU image may
+    lack Lightning)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    def installed(*names: str) -> str:
+        for name in names:
+            try:
+                return version(name)
+            except PackageNotFoundError:
+                continue
+        return "not installed"
+
+    import torch
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchrec": installed("torchrec"),
+        "fbgemm_gpu": installed("fbgemm-gpu-cpu", "fbgemm-gpu"),
+        "lightning": installed("lightning"),
+    }
+
+
+def hardware() -> dict[str, Any]:
+    """CPU model, core count and the visible GPU's name (None without one)."""
+    import torch
+
+    from experiments.benchmarks.train_throughput import _cpu_model
+
+    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": gpu}
+
+
+def hardware_text(record: Mapping[str, Any]) -> str:
+    """``AMD EPYC (2 cores), no GPU`` or ``... , GPU NVIDIA H200``: a result's ``hardware`` in words."""
+    gpu = record.get("gpu")
+    return f"{record['cpu']} ({record['cores']} cores), " + (f"GPU {gpu}" if gpu else "no GPU")
 
 
 def result_header(benchmark: str, argv: Sequence[str] | None, quick: bool, targets: dict[str, Any]) -> dict[str, Any]:
     """Benchmark name, the exact command, date, hardware, software versions, quick flag, targets."""
-    from experiments.benchmarks.quality import _hardware, _versions
-
     args = list(argv) if argv is not None else sys.argv[1:]
     return {
         "benchmark": benchmark,
         "command": f"python -m experiments.benchmarks.{benchmark} " + " ".join(shlex.quote(a) for a in args),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(),
-        "versions": _versions(),
+        "hardware": hardware(),
+        "versions": versions(),
         "quick": quick,
         "targets": targets,
     }

@@ -15,7 +15,6 @@ Writes ``experiments/results/quality.json`` and ``quality.md``.
 from __future__ import annotations
 
 import argparse
-import platform
 import shlex
 import sys
 import tempfile
@@ -23,6 +22,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+
+from experiments.benchmarks._common import hardware, hardware_text, versions
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -76,44 +77,7 @@ def run_one(config: Path, workdir: Path, overrides: list[str]) -> dict[str, Any]
     }
 
 
-def _versions() -> dict[str, str]:
-    """Installed versions, read from package metadata (nothing is imported: a GPU image may
-    lack Lightning)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    def installed(*names: str) -> str:
-        for name in names:
-            try:
-                return version(name)
-            except PackageNotFoundError:
-                continue
-        return "not installed"
-
-    import torch
-
-    return {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchrec": installed("torchrec"),
-        "fbgemm_gpu": installed("fbgemm-gpu-cpu", "fbgemm-gpu"),
-        "lightning": installed("lightning"),
-    }
-
-
-def _hardware() -> dict[str, Any]:
-    import os
-
-    from experiments.benchmarks.train_throughput import _cpu_model
-
-    import torch
-
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": gpu}
-
-
 def to_markdown(result: dict[str, Any]) -> str:
-    from experiments.benchmarks._common import hardware_text  # _common imports this module
-
     lines = [
         "# Quality: test AUC / log loss on real CTR data",
         "",
@@ -169,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "quality",
         "command": "python -m experiments.benchmarks.quality " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "hardware": _hardware(),
-        "versions": _versions(),
+        "hardware": hardware(),
+        "versions": versions(),
         "quick": args.quick,
         "runs": runs,
         "targets": {f"{d}/{a}": t for (d, a), t in TARGETS.items()},

@@ -152,7 +152,7 @@ def test_selection_above_random_needs_more_than_the_random_spread() -> None:
 def test_hardware_names_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch
 
-    from experiments.benchmarks.quality import _hardware
+    from experiments.benchmarks._common import hardware as _hardware
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
