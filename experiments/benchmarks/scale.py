@@ -64,7 +64,7 @@ STEPS = ("prepare", "quality", "outrank", "train", "pipeline")
 #: steps run only when ``--only`` names them: the training DataLoader alone, and training on a GPU
 EXTRA_STEPS = ("loader", "train_cuda")
 #: steps whose rate is samples/s of training batches (the others: rows/s of the raw file)
-SAMPLE_STEPS = ("train", "train_cuda", "loader")
+SAMPLE_STEPS = ("train", *EXTRA_STEPS)
 _EXTRA_TEXT = {
     "loader": "the training DataLoader alone, shards to batches without a model (samples/s over the timed batches; "
               "wall s is that timing only).",
@@ -252,12 +252,10 @@ def _step_loader(path: Path, work: Path, args: argparse.Namespace) -> dict[str, 
     for _ in range(args.warmup):
         next(batches)
     _CLOCK.start()  # the preparation above (or the cache load) is not the loader's cost
-    start, seen = time.perf_counter(), 0
-    for _ in range(args.steps):
-        seen += len(next(batches).labels)
-    seconds = time.perf_counter() - start
+    seen = sum(len(next(batches).labels) for _ in range(args.steps))
     _CLOCK.stop()
-    return {"rows": seen, "steps": args.steps, "samples_per_s": round(seen / seconds, 1)}
+    assert _CLOCK.begin is not None and _CLOCK.end is not None
+    return {"rows": seen, "steps": args.steps, "samples_per_s": round(seen / (_CLOCK.end - _CLOCK.begin), 1)}
 
 
 def _step_pipeline(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -352,16 +350,16 @@ _STEP_FUNCS = {"prepare": _step_prepare, "quality": _step_quality, "outrank": _s
 
 
 #: modules each step imports, loaded before its clock starts (import time is not the step's cost)
-_IMPORTS = {
+_IMPORTS: dict[str, tuple[str, ...]] = {
     "prepare": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.prepare_stream"),
     "quality": ("selection.cli", "selection.quality", "selection.quality_stream", "selection.outrank_stream"),
     "outrank": ("selection.cli", "selection", "selection.outrank_stream"),
     "train": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
-    "train_cuda": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
     "loader": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.prepare_stream"),
     "pipeline": ("experiments.pipeline.cli", "experiments.pipeline.runner", "recsys.train.recipe"),
     "engine": ("recsys.data.readers", "pyarrow.csv", "pyarrow.dataset"),
 }
+_IMPORTS["train_cuda"] = _IMPORTS["train"]
 
 
 def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
