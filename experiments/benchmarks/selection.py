@@ -3,6 +3,7 @@ an ID-like trap, selection curves on real data, and cost.
 
     python -m experiments.benchmarks.selection            # everything (needs SALIENCE_DATA_DIR)
     python -m experiments.benchmarks.selection --parts synthetic,trap --rows 1000000
+    python -m experiments.benchmarks.selection --merge --parts synthetic_large --methods leap,outrank
     python -m experiments.benchmarks.selection --quick    # smoke run (not a result)
 
 Every method of the registry (``selection.method_names()``; ``random`` is the curves' baseline)
@@ -17,7 +18,8 @@ seed spread (the standard error of the difference of the means). Four parts, one
    Spearman correlation with the planted strength. A redundant copy in the top-10 stands in for
    its source when the source is not there too (keeping either one keeps the information); the
    Spearman correlation runs over the 38 non-copy fields (informativeness = planted strength, 0
-   for noise). LeAP's other regulariser is an ablation row.
+   for noise). LeAP's other regulariser is an ablation row. **synthetic_large** (not in the
+   default parts) is the same at ``--large-rows`` rows (1M), for the methods one can afford there.
 2. **trap** (the same layout at ``--trap-rows`` rows, so that the noise ID-like fields, with a
    distinct value in a large share of the training rows, can be memorised): how many ID-like
    noise fields each method puts in its top 10 (target: none for every learned selector).
@@ -165,12 +167,14 @@ class _Refused:
         return self.source.method.refuse(self.source.last, self.fusion, copies=self.copies)
 
 
-def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False) -> None:
+def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False,
+                    validation_gates: bool = False) -> None:
     """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``, after ``leap``):
     every other fusion of the gates with OutRank's relevance (``none``: the gates alone) and the
-    ranking without demoting copies (``copies=off``), re-ranking LeAP's own fit, and, with
-    ``regularizer``, the other regulariser (a fit of its own)."""
-    from selection import LeAP, LeAPFusion, LeAPRegularizer
+    ranking without demoting copies (``copies=off``), re-ranking LeAP's own fit; with
+    ``regularizer``, the other regulariser, and with ``validation_gates``, gates that step on
+    validation batches (one gate step per two training steps), each a fit of its own."""
+    from selection import LeAP, LeAPFusion, LeAPGateData, LeAPRegularizer
 
     if "leap" not in methods or quick:
         return
@@ -186,6 +190,9 @@ def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer
         other = (LeAPRegularizer.PENALTY_SCALING if default.regularizer is LeAPRegularizer.GRADIENT_NORMALIZATION
                  else LeAPRegularizer.GRADIENT_NORMALIZATION)
         methods[f"leap[{other.value}]"] = LeAP(seed=seed, tracking=False, regularizer=other)
+    if validation_gates and default.gate_data is LeAPGateData.TRAIN:
+        methods["leap[gate_data=validation]"] = LeAP(seed=seed, tracking=False, gate_data=LeAPGateData.VALIDATION,
+                                                     controller_every=2)
 
 
 def _synthetic_recipe(rows: int, epochs: int, workdir: Path) -> Any:
@@ -229,11 +236,13 @@ def _planted_metrics(report: Any, truth: Any) -> dict[str, Any]:
     }
 
 
-def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int) -> dict[str, Any]:
-    """Planted truth: every method, ``seeds`` ranking seeds each (plus LeAP's other regulariser)."""
+def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int,
+                  folder: str = "synthetic") -> dict[str, Any]:
+    """Planted truth: every method, ``seeds`` ranking seeds each (plus LeAP's other regulariser),
+    its data and runs under ``workdir / folder``."""
     from recsys.data.synthetic import GroundTruth
 
-    recipe = _synthetic_recipe(rows, epochs, workdir / "synthetic")
+    recipe = _synthetic_recipe(rows, epochs, workdir / folder)
     truth = GroundTruth.from_raw(recipe.raw_split("train"))
     out: dict[str, Any] = {"rows": rows, "epochs": epochs, "fields": len(recipe.schema), "seeds": seeds, "methods": {}}
     runs: dict[str, list[dict[str, Any]]] = {}
@@ -301,8 +310,9 @@ def run_trap(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str
 
 
 def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, names: list[str], seeds: int,
-               plot_path: Path) -> dict[str, Any]:
-    """Every method's selection curve on ``dataset``, ``seeds`` ranking seeds, one shared fit cache."""
+               plot_path: Path | None) -> dict[str, Any]:
+    """Every method's selection curve on ``dataset``, ``seeds`` ranking seeds, one shared fit cache;
+    the first seed's curves plotted to ``plot_path`` (None: no plot)."""
     from recsys.train.recipe import Recipe
     from selection import FitCache
     from selection.compare import compare_methods
@@ -322,13 +332,13 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     for seed in range(seeds):
         print(f"[selection] {dataset}: ranking seed {seed}: {', '.join(names)}", flush=True)
         ranked = _methods(names, quick, seed)
-        _leap_ablations(ranked, seed, quick)
+        _leap_ablations(ranked, seed, quick, validation_gates=True)
         comparison = compare_methods(recipe, ranked, ks, random_seeds=range(random_seeds),
                                      tolerance=0.001, progress=False, cache=cache)
         for name, error in comparison.failed.items():
             print(f"[selection] {dataset}: {name} FAILED: {error}", flush=True)
         per_seed.append(comparison)
-        if seed == 0:
+        if seed == 0 and plot_path is not None:
             fig = comparison.plot()
             atomic_savefig(fig, plot_path, dpi=110)
             plt.close(fig)
@@ -363,6 +373,17 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
                    "val_aukc": summary["random_val_aukc_mean"], "seeds": random_seeds},
         "methods": methods,
     }
+
+
+def check_mergeable(dataset: str, old: dict[str, Any] | None, seeds: int, quick: bool = False) -> None:
+    """Refuse (before any fit) to merge some methods' rows into an earlier ``dataset`` curve
+    measured with other ks, overrides or seeds."""
+    s = CURVE_SETTINGS[dataset]
+    ks = s["ks"][:2] if quick else s["ks"]
+    if old and (old.get("ks"), old.get("overrides"), old.get("seeds")) != (ks, s["overrides"], seeds):
+        raise SystemExit(f"--merge --methods: the earlier {dataset} curve has ks {old.get('ks')}, overrides "
+                         f"{old.get('overrides')} and {old.get('seeds')} seeds, this run {ks}, {s['overrides']} "
+                         f"and {seeds}: rerun every method, or match them")
 
 
 def leap_verdict(curves: dict[str, Any]) -> dict[str, Any]:
@@ -469,12 +490,16 @@ def to_markdown(result: dict[str, Any]) -> str:
     ]
     if not result.get("complete", True):
         lines += ["**Incomplete run**: the parts below are those that finished before the run was stopped.", ""]
-    syn = result.get("synthetic")
-    if syn:
+    for part in ("synthetic", "synthetic_large"):
+        syn = result.get(part)
+        if not syn:
+            continue
         lines += [
             f"## Planted truth (synthetic, {syn['rows']:,} rows, {syn['fields']} fields, 10 informative; DCNv2, "
             f"{syn['epochs']} epochs; {syn['seeds']} seeds)",
             "",
+            *([f"The methods measured at this size (`--parts synthetic_large`); the others' cost there is in "
+               "known-limitations.", ""] if part == "synthetic_large" else []),
             f"Measured by `{syn.get('command', result['command'])}`{_kept_rows(syn)}. "
             "Targets: precision@10 = 1.0 for LeAP and OutRank's combined relevance, >= 0.9 for every method.",
             "",
@@ -521,11 +546,12 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             f"![{dataset}](selection_{dataset}.png)",
             "",
+            *([f"The plot shows the curves of `{c['plot_command']}` (first ranking seed).", ""] if c.get("plot_command") else []),
             f"All {c['full']['n_features']} fields: validation AUC {c['full']['val_auc']:.4f}, test AUC "
             f"{c['full']['test_auc']:.4f}, one fit {c['full']['seconds']} s. Random rankings ({c['random']['seeds']} seeds): "
             f"validation AUKC {c['random']['val_aukc']:.4f}, test AUKC {c['random']['test_aukc']:.4f} +/- "
             f"{c['random']['test_aukc_std']:.4f}. k is chosen on validation; test is read once per model. "
-            f"Measured by `{c.get('command', result['command'])}`.",
+            f"Measured by `{c.get('command', result['command'])}`{_kept_rows(c)}.",
             "",
             "| method | validation AUKC | test AUKC | above random | smallest k within 0.001 (validation) | "
             "ranking cost (fits) | top 5 |",
@@ -590,10 +616,13 @@ def to_markdown(result: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="synthetic,trap,curves,cost", help="comma-separated: synthetic, trap, curves, cost")
+    parser.add_argument("--parts", default="synthetic,trap,curves,cost",
+                        help="comma-separated: synthetic, synthetic_large, trap, curves, cost")
     parser.add_argument("--datasets", default="criteo,frappe,movielens", help="curves: comma-separated datasets")
     parser.add_argument("--methods", default=None, help="comma-separated registry names (default: every selector)")
     parser.add_argument("--rows", type=int, default=1_000_000, help="synthetic rows")
+    parser.add_argument("--large-rows", type=int, default=1_000_000,
+                        help="rows of the synthetic_large part (the planted truth again, at the size of a real log)")
     parser.add_argument("--trap-rows", type=int, default=20_000, help="rows of the ID-like trap variant")
     parser.add_argument("--epochs", type=int, default=3, help="synthetic training epochs")
     parser.add_argument("--seeds", type=int, default=3, help="ranking seeds per method")
@@ -632,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
         earlier = [*previous.get("earlier_commands", []), previous.get("command"),
                    *current.get("earlier_commands", []), current.get("command")]
         result["earlier_commands"] = list(dict.fromkeys(c for c in earlier if c and c != result["command"]))
-        for part in ("synthetic", "trap", "cost"):
+        for part in ("synthetic", "synthetic_large", "trap", "cost"):
             if part in current and part not in redone:
                 result[part] = current[part]
                 result[part].setdefault("command", current.get("command"))
@@ -665,11 +694,33 @@ def main(argv: list[str] | None = None) -> int:
                 result[part]["methods"][method] = row
                 measured_by[method] = old.get("measured_by", {}).get(method, old.get("command", previous.get("command")))
 
+    def keep_other_curve_methods(dataset: str, old: dict[str, Any]) -> None:
+        """With ``--merge`` and ``--methods``, a redone curve keeps the earlier rows of the methods
+        this run does not redo (their ablation rows ``m[...]`` included; the earlier curve has the
+        same ks, overrides and seeds: :func:`check_mergeable`); with ``--random-seeds 0`` it keeps
+        the earlier random rankings too. Each kept row names the command that measured it."""
+        new = result["curves"][dataset]
+        new["plot_command"] = old.get("plot_command", old.get("command", previous.get("command")))
+        measured_by = new.setdefault("measured_by", {})
+        for method, row in old["methods"].items():
+            if method.split("[")[0] not in names:
+                new["methods"][method] = row
+                measured_by[method] = old.get("measured_by", {}).get(method, old.get("command", previous.get("command")))
+        if not new["random"]["seeds"]:
+            new["random"] = old["random"]
+
     with isolated_workdir("salience-selection-") as work:
         if "synthetic" in parts:
             result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
             redone.add("synthetic")
             keep_other_methods("synthetic")
+            write()
+        if "synthetic_large" in parts:
+            result["synthetic_large"] = run_synthetic(
+                2 * rows if args.quick else args.large_rows, epochs, work, args.quick, names, seeds,
+                folder="synthetic_large") | {"command": result["command"]}
+            redone.add("synthetic_large")
+            keep_other_methods("synthetic_large")
             write()
         if "trap" in parts:
             result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
@@ -678,11 +729,19 @@ def main(argv: list[str] | None = None) -> int:
             write()
         if "curves" in parts:
             result.setdefault("curves", {})
-            datasets = [d.strip() for d in args.datasets.split(",") if d.strip()]
-            for dataset in (QUICK_CURVES if args.quick else datasets):
+            datasets = list(QUICK_CURVES) if args.quick else [d.strip() for d in args.datasets.split(",") if d.strip()]
+            if args.merge and args.methods:
+                for dataset in datasets:
+                    check_mergeable(dataset, (previous.get("curves") or {}).get(dataset), seeds, args.quick)
+            for dataset in datasets:
+                old = (previous.get("curves") or {}).get(dataset) if args.merge and args.methods else None
+                plot = args.output_dir / f"{name}_{dataset}.png"
+                # a run of some methods merged into an earlier curve leaves that curve's plot as it was
                 result["curves"][dataset] = run_curves(dataset, work, args.quick, rseeds, names, seeds,
-                                                       args.output_dir / f"{name}_{dataset}.png")
+                                                       None if old else plot)
                 result["curves"][dataset]["command"] = result["command"]
+                if old:
+                    keep_other_curve_methods(dataset, old)
                 redone.add(f"curves:{dataset}")
                 result["leap_verdicts"] = leap_verdict(result["curves"])
                 write()

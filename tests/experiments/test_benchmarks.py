@@ -98,6 +98,27 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     redone = json.loads((tmp_path / "selection_quick.json").read_text())["trap"]
     assert set(redone["methods"]) == set(methods) and redone["measured_by"] == {m: result["command"] for m in methods if m != "lasso"}
     assert "; rows of leap, outrank, sfs by" in (tmp_path / "selection_quick.md").read_text()
+    # so does a curve: with --random-seeds 0 its random rankings too; its plot stays the earlier run's
+    plot = tmp_path / f"selection_quick_{bench.QUICK_CURVES[0]}.png"
+    before = plot.read_bytes()
+    earlier = json.loads((tmp_path / "selection_quick.json").read_text())["curves"][bench.QUICK_CURVES[0]]
+    assert bench.main(["--quick", "--merge", "--parts", "curves", "--methods", "sfs", "--random-seeds", "0",
+                       "--output-dir", str(tmp_path)]) == 0
+    curve = json.loads((tmp_path / "selection_quick.json").read_text())["curves"][bench.QUICK_CURVES[0]]
+    assert set(curve["methods"]) == set(earlier["methods"]) and curve["random"] == earlier["random"]
+    assert {m: curve["methods"][m] for m in methods if m != "sfs"} == {m: earlier["methods"][m] for m in methods if m != "sfs"}
+    assert set(curve["measured_by"]) == set(earlier["methods"]) - {"sfs"} and curve["plot_command"] == earlier["command"]
+    assert plot.read_bytes() == before and "The plot shows the curves of" in (tmp_path / "selection_quick.md").read_text()
+    # the planted truth at a second size is a part of its own; the first-size table stays
+    assert bench.main(["--quick", "--merge", "--parts", "synthetic_large", "--methods", "outrank",
+                       "--output-dir", str(tmp_path)]) == 0
+    large = json.loads((tmp_path / "selection_quick.json").read_text())
+    assert set(large["synthetic_large"]["methods"]) == {"outrank"} and large["synthetic"] == merged["synthetic"]
+    assert large["synthetic_large"]["rows"] == 2 * large["synthetic"]["rows"]
+    assert f"## Planted truth (synthetic, {large['synthetic_large']['rows']:,} rows" in (tmp_path / "selection_quick.md").read_text()
+    bench.check_mergeable(bench.QUICK_CURVES[0], curve, 1, quick=True)
+    with pytest.raises(SystemExit, match="rerun every method"):  # another seed count: refused before any fit
+        bench.check_mergeable(bench.QUICK_CURVES[0], curve, 2, quick=True)
 
 
 def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
