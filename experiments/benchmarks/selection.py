@@ -233,6 +233,28 @@ def _planted_metrics(report: Any, truth: Any) -> dict[str, Any]:
         "top10": top,
         "missed": sorted(informative - hits),
         "excluded": report.excluded,
+        "screening": _screening(report, truth),
+    }
+
+
+def _screening(report: Any, truth: Any) -> dict[str, Any] | None:
+    """What the noise gate of a report that has one (OutRank's ``below_noise``, the pipeline's
+    screening) drops on the planted truth: the signal fields (an interaction pair's included,
+    where the layout plants one) must stay, the noise fields should go. None for a report
+    without the gate."""
+    below = report.extras.get("below_noise")
+    if below is None:
+        return None
+    dropped = set(below)
+    pair = truth.names("interaction")
+    signal = truth.signal
+    noise = [n for n in truth.names("noise") if n in {f.feature for f in report.features}]
+    return {
+        "pair": pair,
+        "pair_kept": all(n not in dropped for n in pair),
+        "signal_dropped": sorted(dropped & set(signal)),
+        "noise_dropped": len(dropped & set(noise)),
+        "noise_fields": len(noise),
     }
 
 
@@ -265,10 +287,30 @@ def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: lis
             "spearman": _mean_std([r["spearman"] for r in rs]),
             "cost_seconds": _mean_std([r["cost_seconds"] for r in rs]),
             "missed": {f: c for f, c in missed.most_common()},
-            "runs": [{k: r[k] for k in ("seed", "precision_at_10", "spearman", "cost_seconds", "top10", "missed")}
+            "runs": [{k: r[k] for k in ("seed", "precision_at_10", "spearman", "cost_seconds", "top10", "missed", "screening")}
                      for r in rs],
         }
     return out
+
+
+def _screening_lines(syn: dict[str, Any]) -> list[str]:
+    """The planted part's screening sentence (methods with a noise gate; target: the interaction
+    pair kept, no signal field dropped)."""
+    lines = []
+    for name, m in syn["methods"].items():
+        runs = [r["screening"] for r in m["runs"] if r.get("screening")]
+        if not runs:
+            continue
+        kept = sum(r["pair_kept"] for r in runs)
+        lost = sorted({f for r in runs for f in r["signal_dropped"]})
+        pair = (f"the planted interaction pair ({' x '.join(runs[0]['pair'])}) kept on {kept} of {len(runs)} seeds; "
+                if runs[0]["pair"] else "")
+        lines.append(
+            f"Screening ({name}'s noise gate, as the pipeline uses it): {pair}signal fields dropped: "
+            f"{', '.join(lost) or 'none'}; noise fields dropped: "
+            f"{', '.join(str(r['noise_dropped']) for r in runs)} of {runs[0]['noise_fields']} (per seed). "
+            f"Target (no signal field dropped): {'met' if kept == len(runs) and not lost else 'NOT met'}.")
+    return lines + [""] if lines else []
 
 
 def run_trap(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int) -> dict[str, Any]:
@@ -513,6 +555,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             lines.append(f"| {name} | {_pm(m['precision_at_10'], 2)} | {ok} | {_pm(m['spearman'], 3)} | "
                          f"{_pm(m['cost_seconds'], 1)} | {missed} |")
         lines.append("")
+        lines += _screening_lines(syn)
     trap = result.get("trap")
     if trap:
         lines += [

@@ -115,6 +115,9 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     large = json.loads((tmp_path / "selection_quick.json").read_text())
     assert set(large["synthetic_large"]["methods"]) == {"outrank"} and large["synthetic"] == merged["synthetic"]
     assert large["synthetic_large"]["rows"] == 2 * large["synthetic"]["rows"]
+    screening = large["synthetic_large"]["methods"]["outrank"]["runs"][0]["screening"]  # OutRank's noise gate
+    assert screening["pair"] == [] and screening["noise_fields"] == 28 and screening["pair_kept"]  # no pair in this layout
+    assert "Screening (outrank's noise gate" in (tmp_path / "selection_quick.md").read_text()
     assert f"## Planted truth (synthetic, {large['synthetic_large']['rows']:,} rows" in (tmp_path / "selection_quick.md").read_text()
     bench.check_mergeable(bench.QUICK_CURVES[0], curve, 1, quick=True)
     with pytest.raises(SystemExit, match="rerun every method"):  # another seed count: refused before any fit
