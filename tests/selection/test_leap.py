@@ -31,7 +31,7 @@ from recsys.models.archs import DCNv2, DeepFM, DLRM
 from recsys.models.base import RankingModel
 from recsys.train.module import RankingTask
 from selection.leap import (
-    LeAP, LeAPEvalGate, LeAPFusion, LeAPRegularizer, LeAPSeam, borda_fusion, fuse, leap_gates, product_fusion,
+    LeAP, LeAPEvalGate, LeAPFusion, LeAPRegularizer, LeAPSeam, borda_fusion, fuse, leap_gates, product_fusion, sum_fusion,
 )
 from tests.selection.test_permutation import make_frame
 
@@ -391,7 +391,7 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     gates = report.extras["gates"]
     # the ranking fuses the gates with OutRank's relevance of the training rows, then moves the
     # lower of each planted copy pair (a relabelled user_id, price in cents) after the rest
-    fused = product_fusion(gates, report.extras["relevance"])
+    fused = sum_fusion(gates, report.extras["relevance"])
     copies = report.extras["copies"]
     assert {frozenset(pair) for pair in copies.items()} == {frozenset({"user_id", "user_id_copy"}),
                                                            frozenset({"price", "price_cents"})}
@@ -404,7 +404,7 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
         {f: v for f, v in fused.items() if f not in moved})
     unscreened = report.extras["unscreened_ranking"]  # the screen moved noise_id and nothing else
     assert sorted(unscreened) == sorted(report.ranking) and [f for f in unscreened if f != "noise_id"] == report.ranking[:-1]
-    plain = LeAP().refuse(report, "product", copies=False)  # the ablation: the fused ranking as it was
+    plain = LeAP().refuse(report, "sum", copies=False)  # the ablation: the fused ranking as it was
     assert {f: v for f, v in plain.scores.items() if f != "noise_id"} == pytest.approx(
         {f: v for f, v in fused.items() if f != "noise_id"})
     assert "copies" not in plain.extras and plain.config["copy_threshold"] == 0 and plain.ranking[-1] == "noise_id"
@@ -451,12 +451,27 @@ def test_borda_fusion_averages_the_two_ranks_and_breaks_ties_by_the_gate() -> No
     assert fused["b"] == pytest.approx(2 - 0.5 - 1 / 12)
     tie = borda_fusion({"a": 0.9, "b": 0.8}, {"b": 1.0})  # rank sums 1 and 1; "a" has no relevance (0)
     assert tie["a"] > tie["b"] and tie["a"] - tie["b"] < 0.5
-    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.PRODUCT
+    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.SUM
     with pytest.raises(ValueError):
         LeAP(fusion="rank")
     product = product_fusion(gates, {"a": 0.0, "b": 0.5, "c": 0.4})  # relevance ranks b0 c1 a2 of F = 3
     assert product == pytest.approx({"a": 0.9 / 3, "b": 0.8, "c": 0.1 * 2 / 3})
     assert fuse(gates, {}, LeAPFusion.NONE) == gates and fuse(gates, {"a": 1.0}, "borda") == borda_fusion(gates, {"a": 1.0})
+
+
+def test_sum_fusion_keeps_a_gated_field_whose_relevance_is_about_zero() -> None:
+    """Frappe's shape: ``user`` is kept by its gate (0.89) while its chance-corrected relevance is
+    about 0 (slightly negative), like that of the noise fields. The rank-based product puts it
+    last; the sum of the two [0, 1] scores keeps it second, and a relevance near 0 moves nothing."""
+    gates = {"item": 0.99, "user": 0.89, "cost": 0.72, "homework": 0.27, "city": 0.04}
+    relevance = {"item": 0.287, "user": -0.0004, "cost": -0.00002, "homework": -0.00001, "city": 0.0002}
+    fused = sum_fusion(gates, relevance)
+    assert fused == pytest.approx({"item": 1.99, "user": 0.89, "cost": 0.72, "homework": 0.27, "city": 0.04 + 0.0002 / 0.287})
+    assert sorted(fused, key=lambda f: -fused[f]) == ["item", "user", "cost", "homework", "city"]
+    product = product_fusion(gates, relevance)
+    assert sorted(product, key=lambda f: -product[f])[1] != "user"  # the rank product demotes it
+    assert fuse(gates, relevance, "sum") == fused and sum_fusion(gates, {}) == gates  # no relevance: the gates
+    assert sum_fusion({"a": 0.5, "b": 0.5}, {"a": 0.2, "b": 0.1}) == pytest.approx({"a": 1.5, "b": 1.0})
 
 
 def test_same_seed_same_gates(tmp_cwd: Path) -> None:
