@@ -242,20 +242,13 @@ def _screening(report: Any, truth: Any) -> dict[str, Any] | None:
     screening) drops on the planted truth: the signal fields (an interaction pair's included,
     where the layout plants one) must stay, the noise fields should go. None for a report
     without the gate."""
-    below = report.extras.get("below_noise")
-    if below is None:
+    if report.extras.get("below_noise") is None:
         return None
-    dropped = set(below)
-    pair = truth.names("interaction")
-    signal = truth.signal
+    dropped, pair = set(report.extras["below_noise"]), truth.names("interaction")
     noise = [n for n in truth.names("noise") if n in {f.feature for f in report.features}]
-    return {
-        "pair": pair,
-        "pair_kept": all(n not in dropped for n in pair),
-        "signal_dropped": sorted(dropped & set(signal)),
-        "noise_dropped": len(dropped & set(noise)),
-        "noise_fields": len(noise),
-    }
+    return {"pair": pair, "pair_kept": all(n not in dropped for n in pair),
+            "signal_dropped": sorted(dropped & set(truth.signal)), "noise_dropped": len(dropped & set(noise)),
+            "noise_fields": len(noise)}
 
 
 def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: list[str], seeds: int,
@@ -287,8 +280,8 @@ def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: lis
             "spearman": _mean_std([r["spearman"] for r in rs]),
             "cost_seconds": _mean_std([r["cost_seconds"] for r in rs]),
             "missed": {f: c for f, c in missed.most_common()},
-            "runs": [{k: r[k] for k in ("seed", "precision_at_10", "spearman", "cost_seconds", "top10", "missed", "screening")}
-                     for r in rs],
+            "runs": [{k: r[k] for k in ("seed", "precision_at_10", "spearman", "cost_seconds", "top10", "missed",
+                                        "screening")} for r in rs],
         }
     return out
 

@@ -466,7 +466,8 @@ def test_sum_fusion_keeps_a_gated_field_whose_relevance_is_about_zero() -> None:
     gates = {"item": 0.99, "user": 0.89, "cost": 0.72, "homework": 0.27, "city": 0.04}
     relevance = {"item": 0.287, "user": -0.0004, "cost": -0.00002, "homework": -0.00001, "city": 0.0002}
     fused = sum_fusion(gates, relevance)
-    assert fused == pytest.approx({"item": 1.99, "user": 0.89, "cost": 0.72, "homework": 0.27, "city": 0.04 + 0.0002 / 0.287})
+    assert fused == pytest.approx(
+        {"item": 1.99, "user": 0.89, "cost": 0.72, "homework": 0.27, "city": 0.04 + 0.0002 / 0.287})
     assert sorted(fused, key=lambda f: -fused[f]) == ["item", "user", "cost", "homework", "city"]
     product = product_fusion(gates, relevance)
     assert sorted(product, key=lambda f: -product[f])[1] != "user"  # the rank product demotes it
