@@ -39,19 +39,14 @@ import json
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
 from experiments.benchmarks._common import (
-    BETTER,
-    TIE,
-    WORSE,
-    hardware_text,
-    isolated_workdir,
-    result_header,
-    verdict,
+    BETTER, TIE, WORSE, hardware_text, isolated_workdir, result_header, verdict,
 )
 from recsys.io import atomic_savefig, atomic_write_text
 
@@ -356,10 +351,9 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
 
     s = CURVE_SETTINGS[dataset]
     overrides = list(s["overrides"]) + [f"--data.cache_dir={workdir / 'cache'}"]
-    ks = s["ks"]
+    ks = curve_ks(dataset, quick)
     if quick:
         overrides += ["--trainer.max_epochs=1", *QUICK_LIMITS]
-        ks = ks[:2]
     recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / dataset, quiet=True, keep_checkpoints=False)
     cache = FitCache()
     start = time.perf_counter()
@@ -410,11 +404,17 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     }
 
 
+def curve_ks(dataset: str, quick: bool = False) -> list[int]:
+    """The k grid of ``dataset``'s curve (``--quick``: its first two ks)."""
+    ks = CURVE_SETTINGS[dataset]["ks"]
+    return ks[:2] if quick else ks
+
+
 def check_mergeable(dataset: str, old: dict[str, Any] | None, seeds: int, quick: bool = False) -> None:
     """Refuse (before any fit) to merge some methods' rows into an earlier ``dataset`` curve
     measured with other ks, overrides or seeds."""
     s = CURVE_SETTINGS[dataset]
-    ks = s["ks"][:2] if quick else s["ks"]
+    ks = curve_ks(dataset, quick)
     if old and (old.get("ks"), old.get("overrides"), old.get("seeds")) != (ks, s["overrides"], seeds):
         raise SystemExit(f"--merge --methods: the earlier {dataset} curve has ks {old.get('ks')}, overrides "
                          f"{old.get('overrides')} and {old.get('seeds')} seeds, this run {ks}, {s['overrides']} "
@@ -718,17 +718,22 @@ def main(argv: list[str] | None = None) -> int:
         atomic_write_text(args.output_dir / f"{name}.md", md)
         return md
 
+    def keep_rows(new: dict[str, Any], old: dict[str, Any], redone: Callable[[str], bool]) -> None:
+        """Copy into ``new`` the rows of ``old`` whose method this run has not ``redone``, each
+        with the command that measured it (``measured_by``)."""
+        measured_by = new.setdefault("measured_by", {})
+        for method, row in old["methods"].items():
+            if not redone(method):
+                new["methods"][method] = row
+                measured_by[method] = old.get("measured_by", {}).get(method, old.get("command", previous.get("command")))
+
     def keep_other_methods(part: str) -> None:
         """With ``--merge`` and ``--methods``, a redone part keeps the earlier rows of the methods
         this run does not redo (same rows and seeds only), each with the command that measured it."""
         old = previous.get(part) if args.merge and previous_path.is_file() else None
         if not old or any(old.get(k) != result[part].get(k) for k in ("rows", "seeds", "epochs")):
             return
-        measured_by = result[part].setdefault("measured_by", {})
-        for method, row in old["methods"].items():
-            if method not in result[part]["methods"]:
-                result[part]["methods"][method] = row
-                measured_by[method] = old.get("measured_by", {}).get(method, old.get("command", previous.get("command")))
+        keep_rows(result[part], old, set(result[part]["methods"]).__contains__)
 
     def keep_other_curve_methods(dataset: str, old: dict[str, Any]) -> None:
         """With ``--merge`` and ``--methods``, a redone curve keeps the earlier rows of the methods
@@ -737,11 +742,7 @@ def main(argv: list[str] | None = None) -> int:
         the earlier random rankings too. Each kept row names the command that measured it."""
         new = result["curves"][dataset]
         new["plot_command"] = old.get("plot_command", old.get("command", previous.get("command")))
-        measured_by = new.setdefault("measured_by", {})
-        for method, row in old["methods"].items():
-            if method.split("[")[0] not in names:
-                new["methods"][method] = row
-                measured_by[method] = old.get("measured_by", {}).get(method, old.get("command", previous.get("command")))
+        keep_rows(new, old, lambda method: method.split("[")[0] in names)  # m[...]: an ablation row of m
         if not new["random"]["seeds"]:
             new["random"] = old["random"]
 
@@ -766,11 +767,13 @@ def main(argv: list[str] | None = None) -> int:
         if "curves" in parts:
             result.setdefault("curves", {})
             datasets = list(QUICK_CURVES) if args.quick else [d.strip() for d in args.datasets.split(",") if d.strip()]
-            if args.merge and args.methods:
-                for dataset in datasets:
-                    check_mergeable(dataset, (previous.get("curves") or {}).get(dataset), seeds, args.quick)
+            # the earlier curves a run of some methods merges into (checked before any fit)
+            merging = args.merge and args.methods
+            earlier = {d: (previous.get("curves") or {}).get(d) for d in datasets} if merging else {}
+            for dataset, old in earlier.items():
+                check_mergeable(dataset, old, seeds, args.quick)
             for dataset in datasets:
-                old = (previous.get("curves") or {}).get(dataset) if args.merge and args.methods else None
+                old = earlier.get(dataset)
                 plot = args.output_dir / f"{name}_{dataset}.png"
                 # a run of some methods merged into an earlier curve leaves that curve's plot as it was
                 result["curves"][dataset] = run_curves(dataset, work, args.quick, rseeds, names, seeds,
