@@ -33,6 +33,7 @@ from recsys.train.module import RankingTask
 from selection.leap import (
     LeAP, LeAPEvalGate, LeAPFusion, LeAPRegularizer, LeAPSeam, borda_fusion, fuse, leap_gates, product_fusion, sum_fusion,
 )
+from selection.leap_fusion import heldout_fusion
 from tests.selection.test_permutation import make_frame
 
 B = 16
@@ -389,9 +390,11 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     report = LeAP(tracking=False).rank(recipe)
     truth = GroundTruth.from_dict(recipe.schema.extras["ground_truth"])
     gates = report.extras["gates"]
-    # the ranking fuses the gates with OutRank's relevance of the training rows, then moves the
-    # lower of each planted copy pair (a relabelled user_id, price in cents) after the rest
-    fused = sum_fusion(gates, report.extras["relevance"])
+    # the ranking fuses the gates with OutRank's relevance of the training rows and the model's
+    # held-out drops, then moves the lower of each planted copy pair (a relabelled user_id,
+    # price in cents) after the rest
+    heldout = report.extras["heldout"]
+    fused = fuse(gates, report.extras["relevance"], "relevance_heldout", heldout)
     copies = report.extras["copies"]
     assert {frozenset(pair) for pair in copies.items()} == {frozenset({"user_id", "user_id_copy"}),
                                                            frozenset({"price", "price_cents"})}
@@ -404,9 +407,12 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
         {f: v for f, v in fused.items() if f not in moved})
     unscreened = report.extras["unscreened_ranking"]  # the screen moved noise_id and nothing else
     assert sorted(unscreened) == sorted(report.ranking) and [f for f in unscreened if f != "noise_id"] == report.ranking[:-1]
-    plain = LeAP().refuse(report, "sum", copies=False)  # the ablation: the fused ranking as it was
+    plain = LeAP().refuse(report, "relevance_heldout", copies=False)  # the ablation: the fused ranking as it was
     assert {f: v for f, v in plain.scores.items() if f != "noise_id"} == pytest.approx(
         {f: v for f, v in fused.items() if f != "noise_id"})
+    two = LeAP().refuse(report, "sum", copies=False)  # the gates and relevance only
+    assert {f: v for f, v in two.scores.items() if f != "noise_id"} == pytest.approx(
+        {f: v for f, v in sum_fusion(gates, report.extras["relevance"]).items() if f != "noise_id"})
     assert "copies" not in plain.extras and plain.config["copy_threshold"] == 0 and plain.ranking[-1] == "noise_id"
     alone = LeAP().refuse(report, "none", copies=False)  # another fusion re-ranks the same fit
     assert {f: v for f, v in alone.scores.items() if f != "noise_id"} == pytest.approx(
@@ -423,6 +429,9 @@ def test_planted_truth_through_a_recipe(tmp_cwd: Path) -> None:
     assert set(gates) == set(recipe.schema.names) and not report.excluded
     assert "promo_flag" in strong and "tags" in strong and "relevance_score" in strong  # rare, multi-hot, 1-D dense
     assert min(gates[f] for f in strong) > 0.7 > 0.2 > max(gates[f] for f in noise)  # polarised in 3 epochs
+    # the held-out drops: the model loses validation AUC without its strongest fields, not without noise
+    assert set(heldout) == set(gates) and heldout["item_id"] > 0.01 > max(abs(heldout[f]) for f in noise)
+    assert sum(heldout[f] for f in strong) > 10 * sum(abs(heldout[f]) for f in noise)
     # report contents
     removed = [f for f in gates if gates[f] < 0.5]
     widths = {f.feature: f.width for f in report.features}
@@ -451,7 +460,7 @@ def test_borda_fusion_averages_the_two_ranks_and_breaks_ties_by_the_gate() -> No
     assert fused["b"] == pytest.approx(2 - 0.5 - 1 / 12)
     tie = borda_fusion({"a": 0.9, "b": 0.8}, {"b": 1.0})  # rank sums 1 and 1; "a" has no relevance (0)
     assert tie["a"] > tie["b"] and tie["a"] - tie["b"] < 0.5
-    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.SUM
+    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.RELEVANCE_HELDOUT
     with pytest.raises(ValueError):
         LeAP(fusion="rank")
     product = product_fusion(gates, {"a": 0.0, "b": 0.5, "c": 0.4})  # relevance ranks b0 c1 a2 of F = 3
@@ -473,6 +482,46 @@ def test_sum_fusion_keeps_a_gated_field_whose_relevance_is_about_zero() -> None:
     assert sorted(product, key=lambda f: -product[f])[1] != "user"  # the rank product demotes it
     assert fuse(gates, relevance, "sum") == fused and sum_fusion(gates, {}) == gates  # no relevance: the gates
     assert sum_fusion({"a": 0.5, "b": 0.5}, {"a": 0.2, "b": 0.1}) == pytest.approx({"a": 1.5, "b": 1.0})
+
+
+def test_heldout_fusion_demotes_a_field_the_model_memorised() -> None:
+    """A memorised id: high gate and training relevance, no validation AUC lost without it. The
+    sum of gate and relevance keeps it first; the held-out drop, the third score on [0, 1],
+    puts the context field that generalises above it."""
+    gates = {"id": 0.95, "ctx": 0.6, "noise": 0.1}
+    relevance = {"id": 0.3, "ctx": 0.15, "noise": -0.01}
+    heldout = {"id": -0.002, "ctx": 0.02, "noise": 0.0}
+    fused = heldout_fusion(gates, relevance, heldout)
+    assert fused == pytest.approx({"id": 0.95 + 1.0, "ctx": 0.6 + 0.5 + 1.0, "noise": 0.1})
+    assert sorted(fused, key=lambda f: -fused[f]) == ["ctx", "id", "noise"]
+    summed = sum_fusion(gates, relevance)
+    assert sorted(summed, key=lambda f: -summed[f]) == ["id", "ctx", "noise"]
+    assert fuse(gates, relevance, "heldout", heldout) == fused
+    assert fuse(gates, relevance, "relevance_heldout", heldout) == pytest.approx(
+        {"id": 1.0 + 0.95e-3, "ctx": 1.5 + 0.6e-3, "noise": 0.1e-3})
+    drop = fuse(gates, relevance, "drop", {"id": 0.0, "ctx": 0.0, "noise": 0.01})  # the gates break ties
+    assert sorted(drop, key=lambda f: -drop[f]) == ["noise", "id", "ctx"]
+    assert heldout_fusion(gates, relevance, {}) == pytest.approx(sum_fusion(gates, relevance))  # no drops: the sum
+    for fusion in ("heldout", "relevance_heldout", "drop"):
+        assert LeAPFusion(fusion).reads_heldout
+        with pytest.raises(ValueError, match="held-out drops"):
+            fuse(gates, relevance, fusion)
+        with pytest.raises(ValueError, match="heldout_rows"):
+            LeAP(fusion=fusion, heldout_rows=0)
+    assert not LeAPFusion.SUM.reads_heldout and LeAP(fusion="sum", heldout_rows=0).heldout_rows == 0
+
+
+def test_refuse_into_a_heldout_fusion_needs_the_drops() -> None:
+    from selection.report import ImportanceReport
+
+    gates, relevance = {"a": 0.9, "b": 0.5}, {"a": 0.1, "b": 0.2}
+    old = ImportanceReport.from_scores("leap", sum_fusion(gates, relevance), extras={"gates": gates, "relevance": relevance})
+    assert LeAP().refuse(old, "sum").ranking == ["b", "a"]
+    with pytest.raises(ValueError, match="held-out drops"):
+        LeAP().refuse(old, "heldout")
+    new = ImportanceReport.from_scores("leap", gates, extras={"gates": gates, "relevance": relevance,
+                                                           "heldout": {"a": 0.05, "b": 0.0}})
+    assert LeAP().refuse(new, "heldout").scores == pytest.approx({"a": 0.9 + 0.5 + 1.0, "b": 0.5 + 1.0})
 
 
 def test_same_seed_same_gates(tmp_cwd: Path) -> None:
