@@ -145,8 +145,11 @@ def _assert_same(single: tuple[list[float], dict[str, torch.Tensor]], sharded: d
     np.testing.assert_allclose(sharded["losses"], losses, rtol=1e-5)
     assert losses[-1] < losses[0]  # it trained
     assert set(sharded["state"]) == set(state)
+    # atol 1e-3: a row seen once with a gradient near Adagrad's eps moves by lr · g / sqrt(g² + eps),
+    # where the CPU's reduction order shows (2.9e-4 seen on one machine); a missed or doubled
+    # update moves a row by about lr = 0.05, 50x the tolerance
     for key, value in state.items():
-        torch.testing.assert_close(sharded["state"][key], value, atol=1e-4, rtol=1e-4, msg=lambda m, k=key: f"{k}: {m}")
+        torch.testing.assert_close(sharded["state"][key], value, atol=1e-3, rtol=1e-4, msg=lambda m, k=key: f"{k}: {m}")
 
 
 # column-wise and data-parallel take the same path through the planner as the two kept by default
