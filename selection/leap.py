@@ -258,6 +258,7 @@ class LeAPSeam(SeamTransform):
         self.logits = nn.Parameter(torch.zeros(0))
         # buffers (bind() registers them with their sizes; declared here for type checkers)
         self.widths: torch.Tensor
+        self.column_fields: torch.Tensor
         self.grad_ema: torch.Tensor
         self.grad_steps: torch.Tensor
         self.running_mean: torch.Tensor
@@ -285,6 +286,9 @@ class LeAPSeam(SeamTransform):
         n = len(self.field_names)
         self.logits = nn.Parameter(torch.full((n,), self.init_logit))
         self.register_buffer("widths", torch.tensor(widths, dtype=torch.float32))
+        # the field of each seam column, C (the mixing step gathers per column)
+        column_fields = torch.repeat_interleave(torch.arange(n), torch.tensor(widths, dtype=torch.long))
+        self.register_buffer("column_fields", column_fields, persistent=False)
         # (a): EMA of |dL_task/ds| and its step count (for the bias correction)
         self.register_buffer("grad_ema", torch.zeros(n))
         self.register_buffer("grad_steps", torch.zeros((), dtype=torch.long))
@@ -377,22 +381,25 @@ class LeAPSeam(SeamTransform):
             (mixed sparse dict, mixed dense B x D_dense, ρ̂ F: share of rows whose value differs
             from its partner's).
         """
-        rho: list[torch.Tensor] = []
-        out: dict[str, torch.Tensor] = {}
-        for i, name in enumerate(self.sparse_names):
-            h = sparse[name]
-            replica = h[permutations[i]]
-            with torch.no_grad():
-                rho.append((h != replica).any(dim=1).float().mean())
-            out[name] = gates[i] * h + (1.0 - gates[i]) * replica
-        if self.dense_names:
-            replica = torch.gather(dense, 0, permutations[self.num_sparse :].t())
-            with torch.no_grad():
-                rho.append((dense != replica).float().mean(dim=0))
-            s_dense = gates[self.num_sparse :]
-            dense = s_dense * dense + (1.0 - s_dense) * replica
-        rho_t = torch.cat([r.reshape(-1) for r in rho]) if rho else gates.new_zeros(0)
-        return out, dense, rho_t
+        x = self.columns(sparse, dense)
+        index = permutations.index_select(0, self.column_fields)  # C x B: each column's field permutation
+        replica = torch.gather(x, 0, index.t())
+        g = gates.index_select(0, self.column_fields)
+        mixed = g * x + (1.0 - g) * replica
+        with torch.no_grad():  # rows whose field differs from its partner in any column
+            differs = x.new_zeros(x.size(0), len(self.field_names))
+            differs.index_add_(1, self.column_fields, (x != replica).to(x))
+            rho = (differs > 0).float().mean(dim=0)
+        split = self.offsets[self.num_sparse]
+        widths = [b - a for a, b in zip(self.offsets, self.offsets[1 : self.num_sparse + 1])]
+        parts = torch.split(mixed[:, :split], widths, dim=1)
+        out = {name: p.to(sparse[name].dtype) for name, p in zip(self.sparse_names, parts)}
+        return out, mixed[:, split:].to(dense.dtype), rho
+
+    @torch.jit.unused
+    def columns(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> torch.Tensor:
+        """The seam as one B x C matrix: the sparse fields' columns in seam order, then dense."""
+        return torch.cat([sparse[n] for n in self.sparse_names] + ([dense] if self.num_dense else []), dim=1)
 
     @torch.jit.unused
     def _train_forward(
@@ -440,10 +447,7 @@ class LeAPSeam(SeamTransform):
 
     @torch.jit.unused
     def _update_running_mean(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> None:
-        parts = [sparse[n].detach().float().mean(dim=0) for n in self.sparse_names]
-        if self.dense_names:
-            parts.append(dense.detach().float().mean(dim=0))
-        batch_mean = torch.cat(parts)
+        batch_mean = self.columns(sparse, dense).detach().float().mean(dim=0)
         # the first batch sets the mean, later ones move it by 1% (tensor ops: no host sync)
         weight = torch.where(self.mean_steps == 0, 1.0, 0.01).to(batch_mean)
         self.running_mean.lerp_(batch_mean, weight)

@@ -496,3 +496,47 @@ def test_redundant_features_finds_the_planted_copies_and_not_id_like_noise() -> 
     found = redundant_features(wider, ["row_id", "row_id_2", "user_id", "user_group", *names])
     assert found == {"user_id_copy": "user_id", "price_cents": "price"}
     assert redundant_features(wider, names, threshold=1.01) == {}  # nothing keeps more than its own score
+
+
+@pytest.mark.parametrize("threshold", [0.8, 0.9, 0.95])
+def test_redundant_features_skips_only_pairs_that_cannot_be_copies(threshold: float, monkeypatch) -> None:
+    """The own-score pre-filter (two columns share at most the smaller one's own score) gives the
+    result of scoring every pair, and scores fewer pairs."""
+    import selection.outrank_scoring as scoring
+    from recsys.data.synthetic import SyntheticReader
+    from selection.mutual_info import NullModel, outrank_score
+
+    from dataclasses import replace
+
+    raw = SyntheticReader(n_rows=20_000, seed=0, cardinality_scale=0.05).read()
+    frame = raw.frame.copy()
+    noisy = np.random.default_rng(0).random(len(frame)) < 0.04  # a near copy: 4% of its rows relabelled
+    frame["user_near"] = np.where(noisy, frame["user_id"].sample(frac=1.0, random_state=0).to_numpy(), frame["user_id"])
+    schema = replace(raw.schema, features=(*raw.schema.features, FeatureSpec("user_near", FeatureKind.CATEGORICAL)))
+    raw = RawData(frame, schema, raw.report)
+    names = list(raw.schema.names)
+    specs = {s.name: s for s in raw.schema.features}
+    frame = raw.frame.iloc[: 2**14]
+    codes = {f: scoring._compact(scoring.encode_column(frame[f], specs[f], 32).codes) for f in names}
+    own = {f: outrank_score(c, c, NullModel.ROTATION) for f, c in codes.items()}
+
+    def every_pair(order: list[str]) -> dict[str, str]:
+        kept: list[str] = []
+        out: dict[str, str] = {}
+        for f in order:
+            src = next((g for g in kept if own[f] > 0 and own[g] > 0
+                        and outrank_score(codes[f], codes[g], NullModel.ROTATION) >= threshold * own[f]
+                        and outrank_score(codes[g], codes[f], NullModel.ROTATION) >= threshold * own[g]), None)
+            kept.append(f) if src is None else out.__setitem__(f, src)
+        return out
+
+    calls = []
+    monkeypatch.setattr(scoring, "outrank_score", lambda *a, **k: calls.append(1) or outrank_score(*a, **k))
+    found = {}
+    for order in (names, names[::-1]):
+        found = scoring.redundant_features(raw, order, threshold)
+        assert found == every_pair(order)
+    # (the reversed ranking lists user_near first) the near copy counts, except at the strictest threshold
+    assert found.get("user_id_copy") == ("user_near" if threshold < 0.95 else None), found
+    pairs = len(names) * (len(names) - 1) // 2
+    assert len(calls) < 2 * (len(names) + pairs) * 0.6  # own scores plus fewer than 60% of the pairs
