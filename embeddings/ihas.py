@@ -164,7 +164,8 @@ class IHASGate(SeamTransform):
         self.gates = nn.ModuleDict()
         self._last_probs: list[torch.Tensor] = []
 
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
         self.names = list(sparse_names)
         gates = {}
         for name, dim in zip(sparse_names, sparse_dims):

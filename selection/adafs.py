@@ -23,14 +23,14 @@ import torch
 from torch import nn
 
 from recsys.data.batching import ordered_batches
-from recsys.models.seam import SeamTransform
+from recsys.models.seam import FieldSeam
 from recsys.train.recipe import FitResult
 from selection.seam_selector import SeamSelector
 
 __all__ = ["AdaFS", "AdaFSSeam"]
 
 
-class AdaFSSeam(SeamTransform):
+class AdaFSSeam(FieldSeam):
     """Batch-normalised fields reweighted per row by a softmax controller.
 
     Args:
@@ -47,33 +47,26 @@ class AdaFSSeam(SeamTransform):
             raise ValueError(f"AdaFSSeam needs hidden >= 1 and dropout in [0, 1), got {hidden}, {dropout}")
         self.hidden = int(hidden)
         self.dropout = float(dropout)
-        self.field_names: list[str] = []
-        self.sparse_names: list[str] = []
-        self.norms = nn.ModuleList()
+        self.norm: nn.Module = nn.Identity()
         self.controller = nn.Sequential()
 
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
-        self.sparse_names = list(sparse_names)
-        self.field_names = self.sparse_names + list(dense_names)
-        widths = [int(d) for d in sparse_dims] + [1] * len(dense_names)
-        self.norms = nn.ModuleList(nn.BatchNorm1d(w) for w in widths)
-        self.controller = nn.Sequential(nn.Linear(sum(widths), self.hidden), nn.ReLU(), nn.Dropout(self.dropout),
-                                        nn.Linear(self.hidden, len(widths)))
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
+        self.bind_fields(sparse_names, sparse_dims, dense_names, dense_dims)
+        width = self.offsets[-1]
+        # batch norm is per column, so one BatchNorm1d over the C seam columns is every field's own
+        self.norm = nn.BatchNorm1d(width)
+        self.controller = nn.Sequential(nn.Linear(width, self.hidden), nn.ReLU(), nn.Dropout(self.dropout),
+                                        nn.Linear(self.hidden, len(self.field_names)))
 
-    def field_weights(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """``(normalised fields, B x D_f each, in field order; their weights B x F)``."""
-        fields = [sparse[n] for n in self.sparse_names] + [dense[:, i : i + 1] for i in range(dense.shape[1])]
-        normed = [norm(x) for norm, x in zip(self.norms, fields)]
-        weights = torch.softmax(self.controller(torch.cat(normed, dim=1)), dim=1)
-        return normed, weights
+    def field_weights(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(the normalised seam B x C, the fields' weights B x F)``."""
+        normed = self.norm(self.columns(sparse, dense))
+        return normed, torch.softmax(self.controller(normed), dim=1)
 
     def forward(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         normed, w = self.field_weights(sparse, dense)
-        k = len(self.sparse_names)
-        out = {n: normed[i] * w[:, i : i + 1] for i, n in enumerate(self.sparse_names)}
-        dense_out = torch.cat([normed[k + j] * w[:, k + j : k + j + 1] for j in range(len(normed) - k)], dim=1) \
-            if len(normed) > k else dense
-        return out, dense_out
+        return self.split(normed * self.expand(w), sparse, dense)
 
 
 @dataclass

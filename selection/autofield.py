@@ -26,14 +26,14 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from recsys.models.seam import SeamTransform, step_on
+from recsys.models.seam import FieldSeam, step_on
 from recsys.train.recipe import FitResult
 from selection.seam_selector import SeamSelector, trained_seam
 
 __all__ = ["AutoField", "AutoFieldSeam"]
 
 
-class AutoFieldSeam(SeamTransform):
+class AutoFieldSeam(FieldSeam):
     """Every seam field times its soft Gumbel-softmax keep share.
 
     Args:
@@ -56,15 +56,13 @@ class AutoFieldSeam(SeamTransform):
         self.temperature = float(temperature)
         self.temperature_step = float(temperature_step)
         self.min_temperature = float(min_temperature)
-        self.field_names: list[str] = []
-        self.sparse_names: list[str] = []
         self.logits = nn.Parameter(torch.zeros(0, 2))
         self._optimizer: torch.optim.Optimizer | None = None
         self.controller_steps = 0
 
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
-        self.sparse_names = list(sparse_names)
-        self.field_names = self.sparse_names + list(dense_names)
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
+        self.bind_fields(sparse_names, sparse_dims, dense_names, dense_dims)
         self.logits = nn.Parameter(torch.full((len(self.field_names), 2), self.init))
         self._optimizer = None
 
@@ -77,10 +75,7 @@ class AutoFieldSeam(SeamTransform):
     def forward(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         if self.training:
             self.temperature = max(self.temperature - self.temperature_step, self.min_temperature)
-        p = self.keep()
-        k = len(self.sparse_names)
-        out = {n: sparse[n] * p[i] for i, n in enumerate(self.sparse_names)}
-        return out, dense * p[k:] if dense.shape[1] else dense
+        return self.scale(sparse, dense, self.keep())
 
     def controller_parameters(self) -> list[nn.Parameter]:
         return [self.logits]

@@ -47,7 +47,7 @@ class GBDTImportance(ShallowMethod):
             subsample=0.8, validation_fraction=0.1, n_iter_no_change=10, random_state=self.seed,
         )
         model.fit(train.codes, train.labels)
-        return dict(zip(train.names, map(float, model.feature_importances_))), model
+        return train.per_feature(model.feature_importances_), model
 
     def predict(self, model: Any, table: FieldTable) -> np.ndarray:
         return np.asarray(model.decision_function(table.codes)).ravel()

@@ -48,15 +48,27 @@ class LassoImportance(ShallowMethod):
         x, owner = train.one_hot(self.max_ids)
         model = LogisticRegression(l1_ratio=1.0, C=self.C, solver="liblinear", random_state=self.seed, max_iter=200)
         model.fit(x, train.labels)
-        contribution_w = model.coef_.ravel()
-        scores = {}
-        for j, name in enumerate(train.names):
-            cols = np.flatnonzero(owner == j)
-            part = x[:, cols] @ contribution_w[cols]  # N: the field's share of every row's logit
-            scores[name] = float(np.std(part))
+        scores = dict(zip(train.names, map(float, _share_std(x, model.coef_.ravel(), owner, len(train.names)))))
         return scores, (model, train.dense_stats())
 
     def predict(self, model: Any, table: FieldTable) -> np.ndarray:
         fitted, stats = model
         x, _ = table.one_hot(self.max_ids, stats)
         return np.asarray(fitted.decision_function(x))
+
+
+def _share_std(x: Any, w: np.ndarray, owner: np.ndarray, features: int, rows: int = 4096) -> np.ndarray:
+    """The std over rows of every feature's share of the logit, ``x[:, cols_f] @ w[cols_f]``
+    (F), in chunks of ``rows`` rows: one sparse product per chunk, at any number of features."""
+    from scipy import sparse as sp
+
+    assign = sp.csr_matrix((w.astype(np.float64), (np.arange(len(owner)), owner)), shape=(len(owner), features))
+    total = np.zeros(features)
+    squares = np.zeros(features)
+    n = x.shape[0]
+    for start in range(0, n, rows):
+        part = np.asarray((x[start : start + rows] @ assign).todense())  # rows x F: each feature's share
+        total += part.sum(axis=0)
+        squares += (part * part).sum(axis=0)
+    mean = total / max(n, 1)
+    return np.sqrt(np.maximum(squares / max(n, 1) - mean * mean, 0.0))

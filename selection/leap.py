@@ -272,13 +272,15 @@ class LeAPSeam(SeamTransform):
         self._history_gates = list[list[float]]()  # the gates (F floats) at those steps
 
     # -- setup -------------------------------------------------------------------------------
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
         self.sparse_names = list(sparse_names)
         self.dense_names = list(dense_names)
         self.field_names = self.sparse_names + self.dense_names
         self.num_sparse = len(self.sparse_names)
         self.num_dense = len(self.dense_names)
-        widths = [int(d) for d in sparse_dims] + [1] * len(self.dense_names)
+        widths = [int(d) for d in sparse_dims] + ([1] * len(self.dense_names) if dense_dims is None else
+                                                   [int(d) for d in dense_dims])
         offsets = [0]
         for w in widths:
             offsets.append(offsets[-1] + w)
@@ -356,8 +358,10 @@ class LeAPSeam(SeamTransform):
             mean = self.running_mean[self.offsets[i] : self.offsets[i + 1]].to(h.dtype)
             out[name] = torch.where(keep[i], h, mean.unsqueeze(0))  # no host sync on the gate
         if self.num_dense > 0:
-            mean_dense = self.running_mean[self.offsets[self.num_sparse] :].to(dense.dtype)
-            dense = torch.where(keep[self.num_sparse :].unsqueeze(0), dense, mean_dense.unsqueeze(0))
+            start = self.offsets[self.num_sparse]
+            mean_dense = self.running_mean[start:].to(dense.dtype)
+            keep_columns = keep.index_select(0, self.column_fields[start:])  # a vector's D columns share its gate
+            dense = torch.where(keep_columns.unsqueeze(0), dense, mean_dense.unsqueeze(0))
         return out, dense
 
     @torch.jit.unused

@@ -43,7 +43,8 @@ class LightGBMImportance(ShallowMethod):
     def fit_scores(self, train: FieldTable, val: FieldTable | None) -> tuple[dict[str, float], Any]:
         import lightgbm as lgb
 
-        categorical = [j for j, (s, multi) in enumerate(zip(train.sparse, self._multi(train))) if s and not multi]
+        single = [s and not multi for s, multi in zip(train.sparse, self._multi(train))]
+        categorical = [c for c, j in enumerate(train.column_owner) if single[j]]  # columns of single-id features
         model = lgb.LGBMClassifier(
             n_estimators=self.n_estimators, num_leaves=self.num_leaves, learning_rate=self.learning_rate,
             min_data_per_group=self.min_data_per_group, importance_type="gain", random_state=self.seed,
@@ -55,7 +56,7 @@ class LightGBMImportance(ShallowMethod):
         model.fit(train.codes, train.labels, **fit)
         gain = np.asarray(model.booster_.feature_importance(importance_type="gain"), dtype=np.float64)
         total = gain.sum()
-        return dict(zip(train.names, map(float, gain / total if total > 0 else gain))), model
+        return train.per_feature(gain / total if total > 0 else gain), model
 
     @staticmethod
     def _multi(table: FieldTable) -> list[bool]:

@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from recsys.models.seam import SeamTransform
+from recsys.models.seam import FieldSeam
 from recsys.train.recipe import FitResult
 from selection.seam_selector import SeamSelector, trained_seam
 
@@ -39,7 +39,7 @@ def lpfs_gate(x: torch.Tensor, epsilon: float, alpha: float = 10.0, tau: float =
     return torch.where(x > 0, slope + square, slope - square)
 
 
-class LPFSSeam(SeamTransform):
+class LPFSSeam(FieldSeam):
     """Every seam field times ``lpfs_gate(x_f, ε_t)``.
 
     Args:
@@ -63,14 +63,12 @@ class LPFSSeam(SeamTransform):
         self.alpha = float(alpha)
         self.tau = float(tau)
         self.proximal = float(proximal)
-        self.field_names: list[str] = []
-        self.sparse_names: list[str] = []
         self.x = nn.Parameter(torch.zeros(0))
         self.steps = 0
 
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
-        self.sparse_names = list(sparse_names)
-        self.field_names = self.sparse_names + list(dense_names)
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
+        self.bind_fields(sparse_names, sparse_dims, dense_names, dense_dims)
         self.x = nn.Parameter(torch.ones(len(self.field_names)))
 
     @property
@@ -84,10 +82,7 @@ class LPFSSeam(SeamTransform):
     def forward(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         if self.training:
             self.steps += 1
-        g = self.gates()
-        k = len(self.sparse_names)
-        out = {n: sparse[n] * g[i] for i, n in enumerate(self.sparse_names)}
-        return out, dense * g[k:] if dense.shape[1] else dense
+        return self.scale(sparse, dense, self.gates())
 
     def after_optimizer_step(self) -> None:
         with torch.no_grad():

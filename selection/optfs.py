@@ -38,7 +38,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
-from recsys.models.seam import SeamTransform
+from recsys.models.seam import SeamTransform, field_index
 from recsys.train.recipe import FitResult, Recipe
 from selection.report import ImportanceReport
 from selection.seam_selector import SeamSelector, trained_seam
@@ -80,14 +80,20 @@ class OptFSSeam(SeamTransform):
         self.epoch = -1
         self.weights = nn.ParameterList()
         self.dense_weights = nn.Parameter(torch.zeros(0))
+        self.dense_columns: torch.Tensor
+        self.register_buffer("dense_columns", torch.zeros(0, dtype=torch.long), persistent=False)
         self.counts: list[torch.Tensor] = []
 
     # -- binding ------------------------------------------------------------------------------
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
         self.sparse_names = list(sparse_names)
         self.dense_names = list(dense_names)
         self.field_names = self.sparse_names + self.dense_names
         self.dense_weights = nn.Parameter(torch.full((len(dense_names),), self.init))
+        # the dense feature of each dense column (a vector feature's D columns share one weight)
+        self.register_buffer("dense_columns", field_index([1] * len(dense_names) if dense_dims is None else list(dense_dims)),
+                             persistent=False)
 
     def bind_values(self, num_embeddings: list[int]) -> None:
         if self.mask_file is not None:
@@ -150,7 +156,7 @@ class OptFSSeam(SeamTransform):
 
     def forward(self, sparse: dict[str, torch.Tensor], dense: torch.Tensor) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
         if dense.shape[1]:
-            dense = dense * self.mask(self.dense_weights)
+            dense = dense * self.mask(self.dense_weights).index_select(0, self.dense_columns)
         return sparse, dense
 
     def regularization(self) -> torch.Tensor:

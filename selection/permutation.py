@@ -93,13 +93,17 @@ class FieldShuffle(SeamTransform):
         self.permutation = permutation
         self.generator = generator
         self.dense_index: int | None = None
+        self.dense_width = 1
         self.is_sparse: bool | None = None
 
-    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str]) -> None:
+    def bind(self, sparse_names: list[str], sparse_dims: list[int], dense_names: list[str],
+             dense_dims: list[int] | None = None) -> None:
+        widths = [1] * len(dense_names) if dense_dims is None else [int(d) for d in dense_dims]
         if self.field in sparse_names:
             self.is_sparse, self.dense_index = True, None
         elif self.field in dense_names:
-            self.is_sparse, self.dense_index = False, list(dense_names).index(self.field)
+            j = list(dense_names).index(self.field)  # its first column; a vector takes dense_width of them
+            self.is_sparse, self.dense_index, self.dense_width = False, sum(widths[:j]), widths[j]
         else:
             available = list(sparse_names) + list(dense_names)
             raise ValueError(f"FieldShuffle: {self.field!r} is not a seam field; available: {available}")
@@ -123,8 +127,9 @@ class FieldShuffle(SeamTransform):
             out[self.field] = sparse[self.field][perm]
             return out, dense
         assert self.dense_index is not None
+        cols = slice(self.dense_index, self.dense_index + self.dense_width)
         dense = dense.clone()
-        dense[:, self.dense_index] = dense[perm, self.dense_index]
+        dense[:, cols] = dense[perm, cols]
         return sparse, dense
 
 
@@ -133,6 +138,15 @@ def field_permutation(n: int, seed: int, feature: str, repeat: int) -> np.ndarra
     (seed, feature name, repeat) only, so adding or dropping other features or changing the
     evaluation order leaves it unchanged."""
     return np.random.default_rng([int(seed) & 0xFFFFFFFF, zlib.crc32(feature.encode()), int(repeat)]).permutation(n)
+
+
+def _dense_slices(model: RankingModel) -> dict[str, slice]:
+    """Dense feature -> its columns of the model's dense tensor (a vector takes D)."""
+    out, start = {}, 0
+    for name, width in zip(model.schema.dense_names, model.schema.dense_widths, strict=True):
+        out[name] = slice(start, start + width)
+        start += width
+    return out
 
 
 def seam_fields(model: RankingModel) -> list[str]:
@@ -195,7 +209,7 @@ def permutation_drops(
     unknown = [f for f in features if f not in fields]
     if unknown:
         raise ValueError(f"features {unknown} are not seam fields of the model; available: {fields}")
-    dense_index = {n: i for i, n in enumerate(model.schema.dense_names)}
+    dense_index = _dense_slices(model)
     device = next(model.parameters()).device
     flags = [(m, m.training) for m in model.modules()]
     model.eval()
@@ -209,8 +223,9 @@ def permutation_drops(
             for r in range(repeats):
                 perm = torch.from_numpy(field_permutation(n, seed, f, r)).to(device)
                 if f in dense_index:
+                    cols = dense_index[f]
                     shuffled = dense.clone()
-                    shuffled[:, dense_index[f]] = dense[perm, dense_index[f]]
+                    shuffled[:, cols] = dense[perm, cols]
                     logits = _scores(model, sparse, shuffled, batch_size)
                 else:
                     logits = _scores(model, {**sparse, f: sparse[f][perm]}, dense, batch_size)

@@ -41,7 +41,7 @@ class RandomForestImportance(ShallowMethod):
         model = RandomForestClassifier(n_estimators=self.n_estimators, min_samples_leaf=self.min_samples_leaf,
                                        max_features="sqrt", random_state=self.seed, n_jobs=1)
         model.fit(train.codes, train.labels)
-        return dict(zip(train.names, map(float, model.feature_importances_))), model
+        return train.per_feature(model.feature_importances_), model
 
     def predict(self, model: Any, table: FieldTable) -> np.ndarray:
         return np.asarray(model.predict_proba(table.codes)[:, -1])

@@ -46,8 +46,10 @@ def _left_out(leaks: dict[str, str]) -> dict[str, str]:
 __all__ = ["SFS", "SHARK", "seam_gradients", "sfs_scores", "shark_scores"]
 
 
-def _split_dense(dense: torch.Tensor, names: list[str]) -> dict[str, torch.Tensor]:
-    return {n: dense[:, i : i + 1] for i, n in enumerate(names)}
+def _split_dense(dense: torch.Tensor, model: RankingModel) -> dict[str, torch.Tensor]:
+    """The model's dense tensor as dense feature -> its columns (B x 1, B x D for a vector)."""
+    parts = torch.split(dense, list(model.schema.dense_widths), dim=1) if model.schema.dense_names else []
+    return dict(zip(model.schema.dense_names, parts))
 
 
 def seam_gradients(
@@ -67,7 +69,7 @@ def seam_gradients(
                 pooled = model.sparse_arch(batch.sparse_features)
             fields = {n: pooled[n].detach().float().requires_grad_(True) for n in model.sparse_names}
             dense = batch.dense_features.float()
-            dense_cols = {n: c.detach().clone().requires_grad_(True) for n, c in _split_dense(dense, dense_names).items()}
+            dense_cols = {n: c.detach().clone().requires_grad_(True) for n, c in _split_dense(dense, model).items()}
             dense_in = torch.cat([dense_cols[n] for n in dense_names], dim=1) if dense_names else dense
             sparse_out, dense_out = model.seam(fields, dense_in)
             logits = model.interact(sparse_out, dense_out).reshape(-1)
@@ -89,7 +91,7 @@ def shark_scores(model: RankingModel, data: EncodedData, batch_size: int = 4096)
         for batch in ordered_batches(data, batch_size):
             pooled = model.sparse_arch(batch.sparse_features)
             parts = {**{f: pooled[f].float() for f in model.sparse_names},
-                     **_split_dense(batch.dense_features.float(), list(model.schema.dense_names))}
+                     **_split_dense(batch.dense_features.float(), model)}
             for f, t in parts.items():
                 sums[f] = sums.get(f, torch.zeros(t.shape[1], dtype=torch.float64)) + t.double().sum(0)
             n += len(batch.labels)

@@ -9,9 +9,11 @@ and one report. Subclasses implement :meth:`ShallowMethod.field_scores`.
 
 Two views of the rows (:class:`FieldTable`):
 
-* ``codes``: one column per feature (N x F float32): a sparse feature's id (ids are ordered by
-  training frequency, 0 is OOV or an empty bag; a multi-hot bag gives its first id), a dense
-  feature's encoded value. Trees split on it.
+* ``codes``: one column per feature (N x C float32; a vector feature takes its D columns,
+  ``owner`` maps a column to its feature): a sparse feature's id (ids are ordered by training
+  frequency, 0 is OOV or an empty bag; a multi-hot bag gives its first id), a dense feature's
+  encoded value. Trees split on it; a feature's importance sums its columns'
+  (:meth:`FieldTable.per_feature`).
 * :meth:`FieldTable.one_hot`: a sparse indicator matrix (one column per id of each sparse
   feature, every id of a bag) next to the standardised dense columns, the linear view.
 """
@@ -40,12 +42,13 @@ class FieldTable:
     """Encoded rows of the features ``names`` (schema order) as model inputs.
 
     Attributes:
-        names: the features, one column of ``codes`` each.
+        names: the features.
         sparse: whether each feature is sparse (ids) rather than dense.
         cardinality: rows of each sparse feature's table (``num_embeddings``; 0 for dense).
-        codes: N x F float32 (see the module docstring).
+        codes: N x C float32 (see the module docstring).
         labels: N int64 (0/1).
         data: the encoded rows (for :meth:`one_hot`).
+        owner: the feature (index into ``names``) of each column of ``codes`` (None: one each).
     """
 
     names: list[str]
@@ -54,9 +57,20 @@ class FieldTable:
     codes: np.ndarray
     labels: np.ndarray
     data: EncodedData
+    owner: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
+
+    @property
+    def column_owner(self) -> np.ndarray:
+        """The feature index of every column of ``codes``."""
+        return self.owner if self.owner is not None else np.arange(len(self.names))
+
+    def per_feature(self, column_values: np.ndarray) -> dict[str, float]:
+        """Per-column values (a model's importances over ``codes``) summed per feature."""
+        sums = np.bincount(self.column_owner, weights=np.asarray(column_values, dtype=np.float64), minlength=len(self.names))
+        return dict(zip(self.names, map(float, sums)))
 
     def one_hot(self, max_ids: int, dense_stats: dict[str, tuple[float, float]] | None = None) -> tuple[Any, np.ndarray]:
         """``(X, owner)``: a CSR matrix with one indicator column per id (ids at or past
@@ -81,28 +95,36 @@ class FieldTable:
                 block.sum_duplicates()
                 block.data[:] = 1.0  # an id repeated in a bag counts once
             else:
-                x = self.codes[:, j].astype(np.float64)
+                x = self.codes[:, self.column_owner == j].astype(np.float64)
                 mean, std = (dense_stats or {}).get(name, (float(x.mean()) if n else 0.0, float(x.std()) if n else 1.0))
-                block = sp.csr_matrix(((x - mean) / (std if std > 0 else 1.0)).astype(np.float32).reshape(-1, 1))
-                width = 1
+                block = sp.csr_matrix(((x - mean) / (std if std > 0 else 1.0)).astype(np.float32))
+                width = x.shape[1]
             blocks.append(block)
             owner.extend([j] * width)
         return sp.hstack(blocks, format="csr"), np.asarray(owner, dtype=np.int64)
 
     def dense_stats(self) -> dict[str, tuple[float, float]]:
-        """``name -> (mean, std)`` of each dense column (what :meth:`one_hot` standardises by)."""
-        return {n: (float(self.codes[:, j].mean()), float(self.codes[:, j].std()))
+        """``name -> (mean, std)`` of each dense feature (over a vector's columns together: what
+        :meth:`one_hot` standardises by)."""
+        owner = self.column_owner
+        return {n: (float(self.codes[:, owner == j].mean()), float(self.codes[:, owner == j].std()))
                 for j, n in enumerate(self.names) if not self.sparse[j] and len(self)}
 
 
 def field_table(data: EncodedData, schema: Schema) -> FieldTable:
     """The :class:`FieldTable` of encoded rows ``data`` over the features of ``schema``."""
     n = len(data)
-    names, sparse, card, cols = [], [], [], []
-    dense_index = {name: i for i, name in enumerate(data.dense_names)}
-    for spec in schema.features:
-        if spec.kind is FeatureKind.DENSE:
-            cols.append(data.dense[:, dense_index[spec.name]].astype(np.float32))
+    names: list[str] = []
+    sparse: list[bool] = []
+    card: list[int] = []
+    cols: list[np.ndarray] = []
+    owner: list[int] = []
+    dense_index = data.dense_slices()
+    for j, spec in enumerate(schema.features):
+        if not spec.is_sparse:
+            block = data.dense[:, dense_index[spec.name]].astype(np.float32)
+            cols.extend(block.T)
+            owner.extend([j] * block.shape[1])
             card.append(0)
         else:
             lengths = data.lengths[spec.name].astype(np.int64)
@@ -112,11 +134,12 @@ def field_table(data: EncodedData, schema: Schema) -> FieldTable:
             has = lengths > 0
             first[has] = values[starts[has]]
             cols.append(first)
+            owner.append(j)
             card.append(int(spec.num_embeddings or (int(values.max()) + 1 if len(values) else 1)))
         names.append(spec.name)
-        sparse.append(spec.kind is not FeatureKind.DENSE)
+        sparse.append(spec.is_sparse)
     codes = np.stack(cols, axis=1) if cols else np.zeros((n, 0), np.float32)
-    return FieldTable(names, sparse, card, codes, data.labels.astype(np.int64), data)
+    return FieldTable(names, sparse, card, codes, data.labels.astype(np.int64), data, np.asarray(owner, dtype=np.int64))
 
 
 @dataclass

@@ -181,6 +181,6 @@ def random_batch(
         values=torch.from_numpy(np.concatenate(values) if values else np.zeros(0, np.int64)),
         lengths=torch.from_numpy(np.concatenate(lengths) if lengths else np.zeros(0, np.int32)),
     )
-    dense = torch.from_numpy(g.standard_normal((batch_size, len(schema.dense))).astype(np.float32))
+    dense = torch.from_numpy(g.standard_normal((batch_size, schema.dense_width)).astype(np.float32))
     labels = torch.from_numpy(g.integers(0, 2, batch_size).astype(np.float32))
     return Batch(dense_features=dense, sparse_features=kjt, labels=labels)

@@ -28,7 +28,8 @@ from recsys.data.raw import RawData
 from recsys.data.schema import FLOAT32_MAX, DenseTransform, FeatureKind, FeatureSpec, Schema, SchemaError
 
 __all__ = [
-    "Counts", "EncodeStats", "EncodedData", "Preprocessor", "Tokens", "Vocabulary", "dense_values", "hash_ids", "split_multi",
+    "Counts", "EncodeStats", "EncodedData", "Preprocessor", "Tokens", "Vocabulary", "dense_cells", "dense_matrix", "dense_values",
+    "hash_ids", "split_multi",
 ]
 
 OOV_ID = 0
@@ -258,8 +259,10 @@ class EncodedData:
         values: per sparse feature, the flat ids (int64, ``sum(lengths)``; int32 after
             :meth:`load` when the saved ids fit, half the memory; batches widen them to int64).
         lengths: per sparse feature, ids per row (int32, N).
-        dense: dense features (float32, N x D_dense), in schema order.
+        dense: dense features (float32, N x D_dense), in schema order: one column per dense
+            scalar, D per vector feature (``dense_widths``).
         labels: float32 (N,).
+        dense_widths: columns of each dense feature (None: one each).
     """
 
     sparse_names: list[str]
@@ -269,9 +272,23 @@ class EncodedData:
     dense: np.ndarray
     labels: np.ndarray
     stats: EncodeStats = field(default_factory=EncodeStats)
+    dense_widths: list[int] | None = None
 
     def __len__(self) -> int:
         return int(self.labels.shape[0])
+
+    @property
+    def widths(self) -> list[int]:
+        """Columns of each dense feature in :attr:`dense` (1 for a scalar, D for a vector)."""
+        return list(self.dense_widths) if self.dense_widths is not None else [1] * len(self.dense_names)
+
+    def dense_slices(self) -> dict[str, slice]:
+        """Dense feature -> its columns of :attr:`dense`."""
+        out, start = {}, 0
+        for name, width in zip(self.dense_names, self.widths, strict=True):
+            out[name] = slice(start, start + width)
+            start += width
+        return out
 
     def offsets(self, name: str) -> np.ndarray:
         """Row start offsets into ``values[name]`` (int64, N + 1)."""
@@ -295,6 +312,7 @@ class EncodedData:
             self.dense[rows],
             self.labels[rows],
             EncodeStats(rows=len(rows), oov=dict(self.stats.oov), dense_filled=dict(self.stats.dense_filled)),
+            self.dense_widths,
         )
 
     # -- cache -----------------------------------------------------------------------------
@@ -314,7 +332,10 @@ class EncodedData:
                 ones.append(name)
             else:
                 arrays[f"l{i}"] = lengths
-        meta = {"sparse": self.sparse_names, "dense": self.dense_names, "stats": self.stats.to_dict(), "ones": ones}
+        meta: dict[str, Any] = {"sparse": self.sparse_names, "dense": self.dense_names, "stats": self.stats.to_dict(),
+                                "ones": ones}
+        if self.dense_widths is not None and any(w != 1 for w in self.dense_widths):
+            meta["dense_widths"] = list(self.dense_widths)
         arrays["meta"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
         with atomic_path(path) as tmp:
             with open(tmp, "wb") as fh:
@@ -336,11 +357,26 @@ class EncodedData:
                 z["dense"],
                 labels,
                 EncodeStats.from_dict(meta["stats"]),
+                meta.get("dense_widths"),
             )
         bad = [m for m in names if len(data.lengths[m]) != n or int(data.lengths[m].sum()) != len(data.values[m])]
-        if data.dense.shape != (n, len(data.dense_names)) or bad:
+        if data.dense.shape != (n, sum(data.widths)) or bad:
             raise ValueError(f"{path}: inconsistent arrays (features {bad}, dense {data.dense.shape}, {n} labels)")
         return data
+
+
+def dense_cells(frame: pd.DataFrame, spec: FeatureSpec) -> np.ndarray:
+    """A dense feature's raw cells in ``frame``: its column (N), or a vector's D columns (N x D)."""
+    if spec.is_vector:
+        return frame[list(spec.columns)].to_numpy()
+    return frame[spec.name].to_numpy()
+
+
+def dense_matrix(columns: Sequence[np.ndarray], rows: int) -> np.ndarray:
+    """The dense tensor's rows x D_dense float32 matrix from encoded dense features (N or N x D each)."""
+    if not columns:
+        return np.zeros((rows, 0), dtype=np.float32)
+    return np.ascontiguousarray(np.column_stack(columns), dtype=np.float32)
 
 
 def gather_jagged(
@@ -363,8 +399,13 @@ def dense_values(spec: FeatureSpec, cells: pd.Series | np.ndarray, fill: bool = 
 
     Bad values are NaN, inf and finite values a float32 cannot hold. Without ``fill`` they are
     dropped (the values :meth:`Preprocessor.fit` averages); with ``fill`` they become
-    ``spec.fill_value``.
+    ``spec.fill_value``. A vector feature's cells are N x D (a frame of its columns); filled, the
+    values keep that shape, unfilled they are flat.
     """
+    if np.ndim(cells) == 2:  # a vector feature's N x D cells: element by element, the shape kept when filled
+        cells = np.asarray(cells)
+        flat, bad = dense_values(spec, cells.reshape(-1), fill)
+        return (flat.reshape(cells.shape) if fill else flat), bad
     x = pd.to_numeric(pd.Series(cells, copy=False), errors="coerce").to_numpy(dtype=np.float64)
     if spec.missing_value is not None and not isinstance(spec.missing_value, str):
         x = np.where(x == float(spec.missing_value), np.nan, x)
@@ -394,12 +435,12 @@ class Preprocessor:
 
     # -- fit -------------------------------------------------------------------------------
     def fit(self, frame: pd.DataFrame) -> Preprocessor:
-        self._check_columns(frame, self.schema.names)
+        self._check_columns(frame, self.schema.columns)
         for spec in self.schema.sparse:
             if spec.hash_size is None:
                 self.vocabularies[spec.name] = Vocabulary.fit(self._tokens(spec, frame[spec.name]), spec.min_count)
         for spec in self.schema.dense:
-            x, _ = self._dense_raw(spec, frame[spec.name])
+            x, _ = self._dense_raw(spec, dense_cells(frame, spec))
             std = float(x.std()) if x.size else 1.0
             self.dense_stats[spec.name] = (float(x.mean()) if x.size else 0.0, std if std > 0 else 1.0)
         self.fitted = True
@@ -424,7 +465,7 @@ class Preprocessor:
         self._check_fitted()
         if isinstance(frame, RawData):
             frame = frame.frame
-        self._check_columns(frame, self.schema.names)
+        self._check_columns(frame, self.schema.columns)
         stats = EncodeStats(rows=len(frame))
         values, lengths = {}, {}
         for spec in self.schema.sparse:
@@ -433,15 +474,15 @@ class Preprocessor:
             stats.oov[spec.name] = int((ids == OOV_ID).sum())
         dense_cols = []
         for spec in self.schema.dense:
-            x, filled = self.encode_dense(spec, frame[spec.name])
+            x, filled = self.encode_dense(spec, dense_cells(frame, spec))
             dense_cols.append(x)
             stats.dense_filled[spec.name] = filled
         n = len(frame)
-        dense = np.stack(dense_cols, axis=1) if dense_cols else np.zeros((n, 0), dtype=np.float32)
         label = self.schema.label
         labels = frame[label].to_numpy(dtype=np.float32) if label in frame else np.zeros(n, np.float32)
         return EncodedData(
-            self.schema.sparse_names, self.schema.dense_names, values, lengths, dense.astype(np.float32), labels, stats
+            self.schema.sparse_names, self.schema.dense_names, values, lengths, dense_matrix(dense_cols, n), labels, stats,
+            self.schema.dense_widths,
         )
 
     def encode_sparse(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -457,6 +498,8 @@ class Preprocessor:
         return ids.astype(np.int64), lens
 
     def encode_dense(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> tuple[np.ndarray, int]:
+        """A dense column (N) or a vector feature's cells (N x D) as float32 of the same shape,
+        with the number of filled values."""
         x, filled = self._dense_raw(spec, cells, fill=True)
         if spec.transform is DenseTransform.LOG1P:
             x = np.log1p(np.clip(x, 0.0, None))

@@ -107,7 +107,7 @@ def apply_options(
     if not features and not drop_features and embedding_dim is None:
         return raw
     schema = raw.schema.view(features, drop_features, embedding_dim)
-    frame = raw.frame[[*schema.names, schema.label]] if features or drop_features else raw.frame
+    frame = raw.frame[[*schema.columns, schema.label]] if features or drop_features else raw.frame
     return RawData(frame, schema, raw.report)
 
 

@@ -68,10 +68,12 @@ class ReadReport:
 class RawData:
     """A raw dataset as columns.
 
-    ``frame`` has one column per schema feature plus the label column (int 0/1). Its index is
-    the 1-based line number in the source file, so later checks can name the offending line.
-    Sparse cells are strings (missing = empty string); multi-categorical cells are strings of
-    ids joined by the feature's separator; dense cells are floats (NaN = missing).
+    ``frame`` has one column per schema feature (D float columns for a vector feature, named
+    by :attr:`FeatureSpec.columns <recsys.data.schema.FeatureSpec.columns>`) plus the label
+    column (int 0/1). Its index is the 1-based line number in the source file, so later checks
+    can name the offending line. Sparse cells are strings (missing = empty string);
+    multi-categorical cells are strings of ids joined by the feature's separator; dense cells
+    are floats (NaN = missing).
     """
 
     frame: pd.DataFrame
@@ -79,7 +81,7 @@ class RawData:
     report: ReadReport
 
     def __post_init__(self) -> None:
-        missing = [c for c in [*self.schema.names, self.schema.label] if c not in self.frame.columns]
+        missing = [c for c in [*self.schema.columns, self.schema.label] if c not in self.frame.columns]
         if missing:
             raise SchemaError(
                 f"{self.report.source}: columns {missing} are not in the data; "
@@ -98,7 +100,12 @@ class RawData:
     def select(self, names: list[str]) -> RawData:
         """Keep only the features ``names`` (the label stays)."""
         schema = self.schema.select(names)
-        return RawData(self.frame[[*schema.names, schema.label]], schema, self.report)
+        return RawData(self.frame[[*schema.columns, schema.label]], schema, self.report)
+
+    def column(self, name: str) -> pd.Series | pd.DataFrame:
+        """The cells of feature ``name``: a column, or a vector feature's N x D frame."""
+        spec = self.schema[name]
+        return self.frame[list(spec.columns)] if spec.is_vector else self.frame[name]
 
 
 def check_labels(labels: pd.Series, source: str, unit: IndexUnit = "line") -> pd.Series:

@@ -121,7 +121,7 @@ def sample_raw_split(
     else:
         frame = _LAST[key].rows()
     kept = _LAST[key]
-    columns = [*kept.schema.names, kept.schema.label]  # a new frame (copy-on-write): callers never edit the kept one
+    columns = [*kept.schema.columns, kept.schema.label]  # a new frame (copy-on-write): callers never edit the kept one
     return apply_options(RawData(frame[columns], kept.schema, kept.report), features, drop_features, None)
 
 
@@ -164,7 +164,7 @@ def _read_sample(reader: Reader, split: SplitConfig, name: str, rows: int, seed:
         below = k < cut
         if not below.any():
             continue
-        parts.append(chunk.frame[[*schema.names, schema.label]].iloc[mine[below]])
+        parts.append(chunk.frame[[*schema.columns, schema.label]].iloc[mine[below]])
         part_keys.append(k[below])
         pending += int(below.sum())
         if pending > rows + max(rows // 4, chunk_rows):  # compact: a few copies of the sample per pass

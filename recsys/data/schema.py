@@ -40,6 +40,7 @@ class FeatureKind(str, Enum):
     CATEGORICAL = "categorical"  # one id per row (user id, app, hashed Criteo C1..C26)
     MULTI_CATEGORICAL = "multi_categorical"  # a variable-length bag of ids per row (genres)
     DENSE = "dense"  # one float per row (Criteo I1..I13)
+    VECTOR = "vector"  # a fixed-width float vector per row (a pre-computed embedding): one feature of width ``dim``
 
 
 @unique
@@ -70,6 +71,13 @@ class FeatureSpec:
         fill_value (float): value used for missing, NaN or infinite dense inputs.
         num_embeddings (int | None): size of the embedding table; set by the encoders when they
             are fitted (vocabulary size + 1 for the OOV id at row 0).
+        dim (int | None): the width D of a ``vector`` feature (required for it, unset otherwise).
+        prefix (str | None): a ``vector`` feature's columns in a CSV/TSV file or a flat frame,
+            ``f"{prefix}{i}"`` for i in 0..D-1 (default ``f"{name}_"``); a Parquet file may hold
+            it as one list column named ``name`` instead.
+
+    A ``vector`` feature is one feature of width D everywhere downstream: D columns of the dense
+    block, one field at the seam, one gate of LeAP, D input dimensions in a selection report.
     """
 
     name: str
@@ -82,6 +90,8 @@ class FeatureSpec:
     transform: DenseTransform = DenseTransform.NONE
     fill_value: float = 0.0
     num_embeddings: int | None = None
+    dim: int | None = None
+    prefix: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
@@ -91,9 +101,9 @@ class FeatureSpec:
                 object.__setattr__(self, key, enum(getattr(self, key)))
             except ValueError:
                 self._invalid(key, f"one of {[e.value for e in enum]}")
-        for key in ("embedding_dim", "min_count", "hash_size", "num_embeddings"):
+        for key in ("embedding_dim", "min_count", "hash_size", "num_embeddings", "dim"):
             value = getattr(self, key)
-            if not (_is_int(value) or (value is None and key in ("hash_size", "num_embeddings"))):
+            if not (_is_int(value) or (value is None and key in ("hash_size", "num_embeddings", "dim"))):
                 self._invalid(key, "an integer")
         if not isinstance(self.separator, str) or not self.separator:
             self._invalid("separator", "a non-empty string")
@@ -101,25 +111,60 @@ class FeatureSpec:
             self._invalid("fill_value", "a finite number a float32 can hold")
         missing = self.missing_value
         if missing is not None and not (_is_number(missing) or (isinstance(missing, str) and self.is_sparse)):
-            self._invalid("missing_value", "a number" if self.kind is FeatureKind.DENSE else "a string or a number")
+            self._invalid("missing_value", "a string or a number" if self.is_sparse else "a number")
         if self.is_sparse and self.embedding_dim <= 0:
             raise SchemaError(f"feature {self.name!r}: embedding_dim must be > 0")
         if self.min_count < 1:
             raise SchemaError(f"feature {self.name!r}: min_count must be >= 1")
         if self.hash_size is not None and self.hash_size < 1:
             raise SchemaError(f"feature {self.name!r}: hash_size must be >= 1")
+        if self.is_vector:
+            if self.dim is None or self.dim < 1:
+                raise SchemaError(f"feature {self.name!r}: a vector feature needs its width, dim >= 1; got {self.dim!r}")
+            if self.transform not in (DenseTransform.NONE, DenseTransform.STANDARDIZE):
+                self._invalid("transform", "'none' or 'standardize' for a vector feature")
+            if self.prefix is not None and (not isinstance(self.prefix, str) or not self.prefix):
+                self._invalid("prefix", "a non-empty string")
+        else:
+            for key in ("dim", "prefix"):
+                if getattr(self, key) is not None:
+                    raise SchemaError(f"feature {self.name!r}: {key} is for vector features only (kind {self.kind.value!r})")
 
     def _invalid(self, key: str, what: str) -> None:
         raise SchemaError(f"feature {self.name!r}: {key} must be {what}, got {getattr(self, key)!r}")
 
     @property
     def is_sparse(self) -> bool:
-        return self.kind is not FeatureKind.DENSE
+        """An id feature (categorical or multi-categorical): it has an embedding table."""
+        return self.kind in (FeatureKind.CATEGORICAL, FeatureKind.MULTI_CATEGORICAL)
+
+    @property
+    def is_vector(self) -> bool:
+        return self.kind is FeatureKind.VECTOR
+
+    @property
+    def width(self) -> int:
+        """Input dimensions at the seam: the embedding dim of an id feature, 1 for a dense
+        scalar, D for a vector."""
+        if self.is_sparse:
+            return int(self.embedding_dim)
+        return int(self.dim or 1) if self.is_vector else 1
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The raw columns that hold this feature: its name, or a vector's D prefixed columns."""
+        if not self.is_vector:
+            return (self.name,)
+        prefix = self.prefix if self.prefix is not None else f"{self.name}_"
+        return tuple(f"{prefix}{i}" for i in range(int(self.dim or 0)))
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["kind"] = self.kind.value
         out["transform"] = self.transform.value
+        for key in ("dim", "prefix"):  # vector options: written only where set, as before vectors existed
+            if out[key] is None:
+                del out[key]
         return out
 
     @classmethod
@@ -140,7 +185,8 @@ class Schema:
     """Ordered features plus the label column.
 
     Sparse features keep their order (it is the KJT key order and the seam order); dense
-    features keep theirs (it is the column order of the dense tensor).
+    features (scalars and vectors) keep theirs: the dense tensor holds their columns in that
+    order, one column for a scalar and D for a vector (:attr:`dense_widths`).
     """
 
     features: tuple[FeatureSpec, ...]
@@ -160,6 +206,13 @@ class Schema:
             raise SchemaError(f"label column {self.label!r} is also listed as a feature")
         if not self.features:
             raise SchemaError("a schema needs at least one feature")
+        columns = [c for f in self.features for c in f.columns]
+        if len(set(columns)) != len(columns):
+            clash = sorted({c for c in columns if columns.count(c) > 1})
+            raise SchemaError(f"raw columns {clash[:10]} are named by more than one feature (a vector's prefix "
+                              "columns clash with another feature): rename one or set the vector's prefix")
+        if self.label in set(columns):
+            raise SchemaError(f"label column {self.label!r} is also a column of a vector feature")
 
     # -- views ---------------------------------------------------------------------------
     @property
@@ -181,6 +234,35 @@ class Schema:
     @property
     def names(self) -> list[str]:
         return [f.name for f in self.features]
+
+    @property
+    def dense_widths(self) -> list[int]:
+        """Columns each dense feature takes in the dense tensor (1 for a scalar, D for a vector)."""
+        return [f.width for f in self.dense]
+
+    @property
+    def dense_width(self) -> int:
+        """Columns of the dense tensor, D_dense."""
+        return sum(self.dense_widths)
+
+    @property
+    def dense_columns(self) -> list[str]:
+        """The raw columns of the dense features, in the dense tensor's column order."""
+        return [c for f in self.dense for c in f.columns]
+
+    @property
+    def columns(self) -> list[str]:
+        """Every raw column the features read (a vector's D columns), schema order."""
+        return [c for f in self.features for c in f.columns]
+
+    @property
+    def vectors(self) -> tuple[FeatureSpec, ...]:
+        return tuple(f for f in self.features if f.is_vector)
+
+    @property
+    def dimensions(self) -> int:
+        """Input dimensions of the model at the seam: Σ of every feature's :attr:`FeatureSpec.width`."""
+        return sum(f.width for f in self.features)
 
     def __getitem__(self, name: str) -> FeatureSpec:
         for f in self.features:

@@ -70,7 +70,9 @@ def select_columns(data: EncodedData, columns: Sequence[str]) -> EncodedData:
     if missing:
         raise ValueError(f"features {missing} are not in the shards; they hold {data.sparse_names + data.dense_names}")
     sparse = [n for n in data.sparse_names if n in keep]
-    dense_idx = [i for i, n in enumerate(data.dense_names) if n in keep]
+    slices = data.dense_slices()
+    dense_keep = [n for n in data.dense_names if n in keep]
+    dense_idx = [i for n in dense_keep for i in range(slices[n].start, slices[n].stop)]
     stats = EncodeStats(
         rows=data.stats.rows,
         oov={k: v for k, v in data.stats.oov.items() if k in keep},
@@ -78,12 +80,13 @@ def select_columns(data: EncodedData, columns: Sequence[str]) -> EncodedData:
     )
     return EncodedData(
         sparse,
-        [data.dense_names[i] for i in dense_idx],
+        dense_keep,
         {n: data.values[n] for n in sparse},
         {n: data.lengths[n] for n in sparse},
         data.dense[:, dense_idx],
         data.labels,
         stats,
+        [slices[n].stop - slices[n].start for n in dense_keep],
     )
 
 

@@ -308,4 +308,5 @@ def concat_encoded(parts: list[EncodedData]) -> EncodedData:
         np.concatenate([p.dense for p in parts]),
         np.concatenate([p.labels for p in parts]),
         EncodeStats(rows=sum(len(p) for p in parts), oov=oov, dense_filled=filled),
+        first.dense_widths,
     )

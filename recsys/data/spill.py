@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.compute as pc
 
-from recsys.data.encoders import EncodedData, hash_ids
+from recsys.data.encoders import EncodedData, dense_cells, hash_ids
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.stream import ChunkEncoder, StreamingFit, column_tokens, dictionary_tokens
 
@@ -39,7 +39,7 @@ class SpilledChunk:
     Attributes:
         codes: split code per row (int8: 0 train, 1 val, 2 test).
         labels: float32 (N,).
-        dense: per dense feature the parsed values (float64, N; NaN = missing).
+        dense: per dense feature the parsed values (float64, N, or N x D for a vector; NaN = missing).
         indices: per vocabulary feature, int32 per token into ``keys`` (multi-categorical:
             ``sum(lengths)`` tokens).
         keys: per vocabulary feature, the chunk's distinct tokens as byte keys.
@@ -119,6 +119,12 @@ def _spill_sparse(spec: FeatureSpec, cells: pd.Series, train: np.ndarray, count:
     return out
 
 
+def _parsed(cells: np.ndarray) -> np.ndarray:
+    """Dense cells as float64 (NaN = missing), a vector's N x D kept 2-D."""
+    flat = pd.to_numeric(pd.Series(cells.reshape(-1), copy=False), errors="coerce").to_numpy(dtype=np.float64)
+    return flat.reshape(cells.shape)
+
+
 def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: StreamingFit | None) -> SpilledChunk:
     """Dictionary-encode one chunk's columns and, when ``fit`` is given, count its training rows
     (``codes == 0``) into ``fit`` (what ``fit.update(frame, train_rows)`` counts).
@@ -140,7 +146,7 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
         indices[spec.name], keys[spec.name] = col["indices"], col["keys"]
         if count and fit is not None:
             fit.counts[spec.name].add_keys(*col["counts"])
-    dense = {spec.name: pd.to_numeric(frame[spec.name], errors="coerce").to_numpy(dtype=np.float64) for spec in schema.dense}
+    dense = {spec.name: _parsed(dense_cells(frame, spec)) for spec in schema.dense}
     if count and fit is not None:
         fit.rows += len(rows)
         for spec in schema.dense:

@@ -26,7 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data.encoders import (
-    OOV_ID, EncodedData, EncodeStats, Preprocessor, Vocabulary, _as_str, dense_values, gather_jagged, hash_ids,
+    OOV_ID, EncodedData, EncodeStats, Preprocessor, Vocabulary, _as_str, dense_cells, dense_matrix, dense_values,
+    gather_jagged, hash_ids,
 )
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
@@ -248,7 +249,7 @@ class StreamingFit:
 
     def update(self, frame: pd.DataFrame, rows: np.ndarray | None = None) -> None:
         """Count the rows ``rows`` (positions; default all) of ``frame``."""
-        Preprocessor._check_columns(frame, self.schema.names)
+        Preprocessor._check_columns(frame, self.schema.columns)
         take = None if rows is None else pa.array(np.asarray(rows, dtype=np.int64))
         self.rows += len(frame) if rows is None else len(rows)
         for spec in self.schema.sparse:
@@ -258,11 +259,12 @@ class StreamingFit:
             tokens, _ = column_tokens(spec, arr if take is None else arr.take(take))
             self.counts[spec.name].add(tokens)
         for spec in self.schema.dense:
-            cells = frame[spec.name].to_numpy()
+            cells = dense_cells(frame, spec)
             self.add_dense(spec, cells if rows is None else cells[rows])
 
     def add_dense(self, spec: FeatureSpec, cells: np.ndarray) -> None:
-        """Add one dense column's training values (as parsed; bad values are left out as in fit)."""
+        """Add one dense column's (or vector's N x D) training values (as parsed; bad values are
+        left out as in fit)."""
         x, _ = dense_values(spec, cells)
         self.moments[spec.name].add(x)
 
@@ -337,9 +339,9 @@ class ChunkEncoder:
     def encode(self, frame: pd.DataFrame, parts: dict[Any, np.ndarray] | None = None) -> dict[Any, EncodedData]:
         """Encode ``frame`` once and return the rows of each part (positions, any hashable key)
         as its own EncodedData with its own stats; default one part ``"all"`` of every row."""
-        Preprocessor._check_columns(frame, self.schema.names)
+        Preprocessor._check_columns(frame, self.schema.columns)
         sparse = {spec.name: self.encode_sparse(spec, frame[spec.name]) for spec in self.schema.sparse}
-        dense = {spec.name: frame[spec.name].to_numpy() for spec in self.schema.dense}
+        dense = {spec.name: dense_cells(frame, spec) for spec in self.schema.dense}
         label = self.schema.label
         labels = frame[label].to_numpy(dtype=np.float32) if label in frame else np.zeros(len(frame), np.float32)
         return self.assemble(sparse, dense, labels, parts)
@@ -374,10 +376,9 @@ class ChunkEncoder:
                 x, filled = self.pre.encode_dense(spec, dense[spec.name] if whole else dense[spec.name][rows])
                 cols.append(x)
                 stats.dense_filled[spec.name] = filled
-            matrix = np.stack(cols, axis=1) if cols else np.zeros((len(rows), 0), dtype=np.float32)
             out[part] = EncodedData(
-                self.schema.sparse_names, self.schema.dense_names, values, lens, matrix.astype(np.float32),
-                labels if whole else labels[rows], stats,
+                self.schema.sparse_names, self.schema.dense_names, values, lens, dense_matrix(cols, len(rows)),
+                labels if whole else labels[rows], stats, self.schema.dense_widths,
             )
         return out
 

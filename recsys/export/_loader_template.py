@@ -96,23 +96,37 @@ def _number(cell: Any, missing: Any) -> float:
     return math.nan if missing is not None and not isinstance(missing, str) and x == float(missing) else x
 
 
+def _keys(f: dict[str, Any]) -> list[str]:  # a vector's D prefixed record keys
+    return [(f.get("prefix") or f["name"] + "_") + str(k) for k in range(f.get("dim") or 0)]
+
+
+def _cells(rec: dict[str, Any], f: dict[str, Any], i: int) -> list[Any]:
+    """A dense feature's value, or a vector's D numbers (a list or None under its name, or its keys)."""
+    if f["kind"] == "vector" and f["name"] not in rec:
+        return [rec[k] for k in _keys(f)]
+    cells = [rec[f["name"]]] if f["kind"] != "vector" else rec[f["name"]] or [None] * f["dim"]
+    if len(cells) != (f.get("dim") or 1):
+        raise ValueError(f"record {i}: vector feature {f['name']!r} needs {f['dim']} numbers, got {len(cells)}")
+    return list(cells)
+
+
 class Scorer:
     """Raw records -> click probabilities through one export; counts OOV ids and filled values."""
 
     def __init__(self, export_dir: str | Path = HERE) -> None:
         self.module, self.schema = load(export_dir)
         feats = self.schema["schema"]["features"]
-        self.sparse = [f for f in feats if f["kind"] != "dense"]
-        self.dense = [f for f in feats if f["kind"] == "dense"]
+        self.dense = [f for f in feats if f["kind"] in ("dense", "vector")]
+        self.sparse = [f for f in feats if f not in self.dense]
         self.vocab = {n: {t: i + 1 for i, t in enumerate(ts)} for n, ts in self.schema["vocabularies"].items()}
         self.oov_counts = {f["name"]: 0 for f in self.sparse}
         self.dense_filled = {f["name"]: 0 for f in self.dense}
 
     def encode(self, records: list[dict[str, Any]]) -> tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]:
         """(values per sparse feature: int64, lengths per sparse feature: int32 B, dense: B x D float32)."""
-        names = [f["name"] for f in self.sparse + self.dense]
+        feats = self.sparse + self.dense
         for i, rec in enumerate(records):
-            lacking = [n for n in names if n not in rec]
+            lacking = [f["name"] for f in feats if f["name"] not in rec and not (_keys(f) and all(k in rec for k in _keys(f)))]
             if lacking:
                 raise ValueError(f"record {i} lacks feature {lacking[0]!r}; available keys: {sorted(rec)}")
         values, lengths = [], []
@@ -132,19 +146,16 @@ class Scorer:
             lengths.append(torch.tensor(lens, dtype=torch.int32))
         cols = []
         for f in self.dense:
-            col = []
-            for rec in records:
-                x = _number(rec[f["name"]], f["missing_value"])
-                if not math.isfinite(x):
-                    x = float(f["fill_value"])
-                    self.dense_filled[f["name"]] += 1
-                if f["transform"] == "log1p":
-                    x = math.log1p(max(x, 0.0))
-                elif f["transform"] == "standardize":
-                    mean, std = self.schema["dense_stats"][f["name"]]
-                    x = (x - mean) / std
-                col.append(x)
-            cols.append(col)
+            mean, std = self.schema["dense_stats"][f["name"]]
+            parts: list[list[float]] = [[] for _ in range(f.get("dim") or 1)]
+            for i, rec in enumerate(records):
+                for k, cell in enumerate(_cells(rec, f, i)):
+                    x = _number(cell, f["missing_value"])
+                    if not math.isfinite(x):
+                        x, self.dense_filled[f["name"]] = float(f["fill_value"]), self.dense_filled[f["name"]] + 1
+                    t = f["transform"]
+                    parts[k].append(math.log1p(max(x, 0.0)) if t == "log1p" else (x - mean) / std if t == "standardize" else x)
+            cols.extend(parts)
         dense = torch.tensor(cols, dtype=torch.float64).reshape(len(cols), len(records)).t().to(torch.float32)
         return values, lengths, dense.contiguous()
 

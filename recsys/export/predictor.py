@@ -25,7 +25,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.batching import make_batch
 from recsys.data.encoders import EncodedData, Preprocessor
-from recsys.data.schema import SchemaError
+from recsys.data.schema import FeatureSpec, SchemaError
 from recsys.export.serving import (
     LOADER_FILE,
     eval_mode,
@@ -134,24 +134,38 @@ class Predictor:
         """Records as a frame with every feature column; raises :class:`MissingFeatureError`.
 
         Dict records keep their Python values (object columns), so ``5`` stays the token
-        ``"5"`` as in the standalone loader even when another record holds ``None``.
+        ``"5"`` as in the standalone loader even when another record holds ``None``. A vector
+        feature is given as a list of its D numbers under its name, or as its D prefixed columns
+        (``emb_0`` .. ``emb_{D-1}``).
         """
-        names = self.schema.names
+        vectors = {f.name: f for f in self.schema.vectors}
+        names = [n for n in self.schema.names if n not in vectors]
         if isinstance(records, pd.DataFrame):
-            lacking = [n for n in names if n not in records.columns]
+            frame = records
+            for name, spec in vectors.items():
+                if name in frame.columns and not set(spec.columns) <= set(frame.columns):
+                    frame = frame.drop(columns=[name]).join(pd.DataFrame(_vector_rows(frame[name].tolist(), spec, "row"),
+                                                                         index=frame.index, columns=list(spec.columns)))
+            lacking = [n for n in names if n not in frame.columns]
+            lacking += [n for n, s in vectors.items() if not set(s.columns) <= set(frame.columns)]
             if lacking:
                 raise MissingFeatureError(
                     f"records lack feature {lacking[0]!r} (missing: {lacking}); "
                     f"available columns: {list(records.columns)}"
                 )
-            return records
+            return frame
         for i, rec in enumerate(records):
             lacking = [n for n in names if n not in rec]
+            lacking += [n for n, s in vectors.items() if n not in rec and not all(c in rec for c in s.columns)]
             if lacking:
                 raise MissingFeatureError(
                     f"record {i} lacks feature {lacking[0]!r} (missing: {lacking}); available keys: {sorted(rec)}"
                 )
-        return pd.DataFrame({n: pd.Series([rec[n] for rec in records], dtype=object) for n in names})
+        out = {n: pd.Series([rec[n] for rec in records], dtype=object) for n in names}
+        for name, spec in vectors.items():
+            cells = [rec[name] if name in rec else [rec[c] for c in spec.columns] for rec in records]
+            out.update(zip(spec.columns, _vector_rows(cells, spec, "record").T))
+        return pd.DataFrame(out)
 
     def encode(self, records: Records) -> EncodedData:
         """Encode records with the saved vocabularies; updates the OOV / filled counts."""
@@ -173,6 +187,19 @@ class Predictor:
                 rows = np.arange(start, min(start + self.batch_size, len(data)))
                 out.append(self._score(make_batch(data, rows, offsets)).numpy())
         return np.concatenate(out) if out else np.zeros(0, np.float32)
+
+
+def _vector_rows(cells: list[Any], spec: FeatureSpec, unit: str) -> np.ndarray:
+    """A vector feature's cells (each D numbers, or None for missing) as an N x D float array."""
+    out = np.full((len(cells), spec.width), np.nan)
+    for i, cell in enumerate(cells):
+        if cell is None or (isinstance(cell, float) and np.isnan(cell)):
+            continue
+        row = np.asarray(cell, dtype=np.float64).reshape(-1)
+        if row.size != spec.width:
+            raise ValueError(f"{unit} {i}: vector feature {spec.name!r} needs {spec.width} numbers, got {row.size}")
+        out[i] = row
+    return out
 
 
 # -- parity -------------------------------------------------------------------------------------

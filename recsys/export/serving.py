@@ -365,17 +365,21 @@ def _schema_json(model: nn.Module, pre: Preprocessor, schema: Schema, metadata: 
         "label": schema.label,
         "sparse_features": schema.sparse_names,
         "dense_features": schema.dense_names,
+        "dense_widths": schema.dense_widths,
+        "dense_columns": schema.dense_columns,
         "schema": schema.to_dict(),
         "vocabulary_rule": "id = 1 + index in the token list (descending training frequency); 0 = out of vocabulary",
         "hashing": {f.name: {"hash_size": f.hash_size, "rule": HASH_RULE} for f in schema.sparse if f.hash_size},
         "dense_stats": {f.name: list(pre.dense_stats[f.name]) for f in schema.dense},
-        "dense_rule": "missing/NaN/inf -> fill_value; log1p: log1p(max(x, 0)); standardize: (x - mean) / std",
+        "dense_rule": "missing/NaN/inf -> fill_value; log1p: log1p(max(x, 0)); standardize: (x - mean) / std "
+                      "(a vector feature: each of its D values, with one mean and std over all of them)",
         "embedding_precision": precision,
         "serving_signature": {
             "forward": "forward(values: List[Tensor], lengths: List[Tensor], dense: Tensor) -> Tensor",
             "values": "per sparse feature in sparse_features order: flat int64 ids",
             "lengths": "per sparse feature: ids per row, int32 or int64, B each",
-            "dense": "B x len(dense_features) float32, after the dense transforms",
+            "dense": "B x sum(dense_widths) float32, after the dense transforms: a scalar feature's column, a vector "
+                     "feature's D columns (dense_columns), in dense_features order",
             "output": "click probabilities, B",
         },
         "metadata": metadata,
@@ -427,7 +431,7 @@ def export_model(
     else:
         check_no_fused_parts(model)
         model_schema = _model_schema(model, preprocessor, schema)
-        serving_args = {"feature_names": model_schema.sparse_names, "num_dense": len(model_schema.dense_names)}
+        serving_args = {"feature_names": model_schema.sparse_names, "num_dense": model_schema.dense_width}
     schema = export_schema(model, preprocessor, schema)
     plain = to_plain_kernel(cast(RankingModel, model)) if ranking else model
     device = model_device(model)

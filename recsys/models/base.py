@@ -376,7 +376,7 @@ class RankingModel(nn.Module):
         seam: transform at the seam (identity by default).
 
     Call:
-        dense: B x D_dense float.
+        dense: B x D_dense float (the dense features' columns: one per scalar, D per vector).
         sparse: KJT with the schema's sparse keys.
 
     Returns:
@@ -406,7 +406,7 @@ class RankingModel(nn.Module):
         self.schema = schema
         self.sparse_names: list[str] = schema.sparse_names
         self.embedding_dims: list[int] = [f.embedding_dim for f in schema.sparse]
-        self.num_dense: int = len(schema.dense)
+        self.num_dense: int = schema.dense_width  # columns of the dense tensor (a vector feature takes D)
         self.sparse_arch: SparseArch | EmptySparseArch = (
             SparseArch(schema, sparse_arch) if schema.sparse else EmptySparseArch()
         )
@@ -462,7 +462,11 @@ class RankingModel(nn.Module):
 
     def set_seam(self, seam: SeamTransform) -> None:
         """Install a seam transform (it is bound to this model's features first)."""
-        seam.bind(list(self.sparse_names), list(self.embedding_dims), list(self.schema.dense_names))
+        dense = list(self.schema.dense_names)
+        if self.schema.vectors:  # a transform written before vector features existed takes three arguments
+            seam.bind(list(self.sparse_names), list(self.embedding_dims), dense, list(self.schema.dense_widths))
+        else:
+            seam.bind(list(self.sparse_names), list(self.embedding_dims), dense)
         rows = {f.name: f.num_embeddings for f in self.schema.sparse}
         seam.bind_values([int(rows[name] or 0) for name in self.sparse_names])
         self.seam = seam

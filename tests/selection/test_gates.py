@@ -53,20 +53,49 @@ def test_adafs_seam_weights_rows_by_a_softmax_over_normalised_fields() -> None:
     torch.manual_seed(0)
     seam = AdaFSSeam(hidden=8, dropout=0.0)
     seam.bind(["a", "b"], [4, 2], ["d0", "d1"])
-    seam.eval()
+    with torch.no_grad():  # a non-trivial affine part, so a wrong column -> field map shows
+        seam.norm.weight.copy_(torch.linspace(0.5, 2.0, 8))
+        seam.norm.bias.copy_(torch.linspace(-1.0, 1.0, 8))
+    seam.train()
     sparse, dense = _fields()
     normed, w = seam.field_weights(sparse, dense)
     assert w.shape == (32, 4)
     torch.testing.assert_close(w.sum(1), torch.ones(32))
-    # plain reference: the same modules applied by hand
+    # plain reference: each field batch-normalised on its own (batch statistics, biased variance)
     fields = [sparse["a"], sparse["b"], dense[:, :1], dense[:, 1:]]
-    ref = [norm(x) for norm, x in zip(seam.norms, fields)]
+    cuts = [0, 4, 6, 7, 8]
+    ref = []
+    for i, x in enumerate(fields):
+        z = (x - x.mean(0)) / torch.sqrt(x.var(0, unbiased=False) + seam.norm.eps)
+        ref.append(z * seam.norm.weight[cuts[i]:cuts[i + 1]].detach() + seam.norm.bias[cuts[i]:cuts[i + 1]].detach())
+    torch.testing.assert_close(normed, torch.cat(ref, dim=1))
     logits = seam.controller(torch.cat(ref, dim=1))
     torch.testing.assert_close(w, torch.softmax(logits, dim=1))
     out, dense_out = seam(sparse, dense)
+    w = seam.field_weights(sparse, dense)[1]  # the forward took another batch-norm step: same batch, same stats
     torch.testing.assert_close(out["a"], ref[0] * w[:, :1])
     torch.testing.assert_close(out["b"], ref[1] * w[:, 1:2])
     torch.testing.assert_close(dense_out, torch.cat([ref[2] * w[:, 2:3], ref[3] * w[:, 3:]], dim=1))
+
+
+def test_field_seams_weigh_a_vector_feature_as_one_field() -> None:
+    """A dense vector of width 3 takes 3 columns of the dense block and one gate."""
+    seam = LPFSSeam()
+    seam.bind(["a", "b"], [4, 2], ["scalar", "vec"], [1, 3])
+    assert seam.field_names == ["a", "b", "scalar", "vec"] and seam.offsets == [0, 4, 6, 7, 10]
+    with torch.no_grad():
+        seam.x.copy_(torch.tensor([1.0, -0.5, 0.3, 2.0]))
+    sparse, _ = _fields()
+    dense = torch.randn(32, 4)
+    seam.eval()
+    out, dense_out = seam(sparse, dense)
+    g = seam.gates().detach()
+    torch.testing.assert_close(out["a"], sparse["a"] * g[0])
+    torch.testing.assert_close(dense_out[:, :1], dense[:, :1] * g[2])
+    torch.testing.assert_close(dense_out[:, 1:], dense[:, 1:] * g[3])
+    adafs = AdaFSSeam(hidden=4, dropout=0.0)
+    adafs.bind(["a", "b"], [4, 2], ["scalar", "vec"], [1, 3])
+    assert adafs.field_weights(sparse, dense)[1].shape == (32, 4)
 
 
 def test_adafs_seam_without_dense_columns_and_gradients_reach_the_controller() -> None:

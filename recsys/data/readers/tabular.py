@@ -36,8 +36,11 @@ class TabularReader(Reader):
     header is a ``SchemaError``. Sparse cells stay strings (missing = ``""``; a
     multi-categorical cell holds ids joined by the feature's separator, a Parquet list column
     is joined with it); dense cells become floats (empty, ``nan``, ``NA``, ``null`` -> NaN;
-    ``inf`` passes through for the encoder to fill and count). A Parquet sparse column must
-    hold scalars or lists of scalars, a dense or label column numbers, booleans or text. The
+    ``inf`` passes through for the encoder to fill and count). A ``vector`` feature of width D
+    is D columns named by its prefix (``emb_0`` .. ``emb_31``), or in a Parquet file one list
+    column named after the feature whose every non-null cell holds D numbers (a null cell is D
+    missing values); either way the frame holds its D prefixed float columns. A Parquet sparse
+    column must hold scalars or lists of scalars, a dense or label column numbers, booleans or text. The
     frame index is the 1-based line number in the text file (the header is line 1, so data
     starts at 2), or the 1-based row number in a Parquet file. See ``docs/bad-input.md``.
 
@@ -136,7 +139,7 @@ class TabularReader(Reader):
             )
             for frame in frames:
                 frame = to_float(
-                    frame, schema.dense_names, source=source, report=report, skip_bad_rows=self.skip_bad_rows,
+                    frame, schema.dense_columns, source=source, report=report, skip_bad_rows=self.skip_bad_rows,
                     unit=unit, allow_empty=rows is not None,
                 )
                 if not len(frame):
@@ -147,16 +150,27 @@ class TabularReader(Reader):
 
     # -- formats ---------------------------------------------------------------------------
     @staticmethod
-    def _needed(schema: Schema, columns: Sequence[str] = ()) -> list[str]:
-        needed = [*schema.names, schema.label]
+    def _needed(schema: Schema, columns: Sequence[str] = (), lists: Sequence[str] = ()) -> list[str]:
+        """The file's columns to read: every feature's raw columns (a vector named in ``lists``,
+        held as one list column, by its name), the label, then the extra ``columns``."""
+        needed = [c for f in schema.features for c in ((f.name,) if f.name in lists else f.columns)]
+        needed.append(schema.label)
         return needed + [c for c in columns if c not in needed]
 
-    def _check_columns(self, schema: Schema, available: list[str], source: str, columns: Sequence[str] = ()) -> None:
-        missing = [c for c in self._needed(schema, columns) if c not in available]
+    def _check_columns(self, schema: Schema, available: list[str], source: str, columns: Sequence[str] = (),
+                       lists: Sequence[str] = ()) -> None:
+        missing = [c for c in self._needed(schema, columns, lists) if c not in available]
         if missing:
+            vectors = [f for f in schema.vectors if f.name not in lists and any(c in missing for c in f.columns)]
+            hint = "".join(
+                f"; vector {f.name!r} needs columns {f.columns[0]!r}..{f.columns[-1]!r} (its prefix)"
+                + (" or, in a Parquet file, one list column of that name" if not lists else "")
+                for f in vectors[:3]
+            )
+            missing = [c for c in missing if not any(c in f.columns for f in vectors)] + [f.name for f in vectors]
             raise SchemaError(
-                f"{source}: columns {missing} named in schema {self.schema_file()} are not in the data; "
-                f"available columns: {available}"
+                f"{source}: columns {missing} named in schema {self.schema_file()} are not in the data{hint}; "
+                f"available columns: {_shown(available)}"
             )
 
     def _text_frames(
@@ -198,8 +212,9 @@ class TabularReader(Reader):
             available = list(file.schema_arrow.names)
         except Exception as e:  # pyarrow raises several types for a non-parquet file
             raise DataError(f"{source}: not a readable Parquet file ({e})") from e
-        self._check_columns(schema, available, source, columns)
-        needed = self._needed(schema, columns)
+        lists = [f.name for f in schema.vectors if f.name in available and f.columns[0] not in available]
+        self._check_columns(schema, available, source, columns, lists)
+        needed = self._needed(schema, columns, lists)
         report.bytes_total = path.stat().st_size
         total = file.metadata.num_rows
         if total == 0:
@@ -208,17 +223,23 @@ class TabularReader(Reader):
         start = 0
         for batch in batches:
             table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-            frame = self._parquet_frame(table, schema, columns, source, start)
+            frame = self._parquet_frame(table, schema, columns, lists, source, start)
             start += table.num_rows
             report.lines = start
             report.bytes_read = int(report.bytes_total * start / total)
             yield frame
 
-    def _parquet_frame(self, table: pa.Table, schema: Schema, columns: Sequence[str], source: str, start: int) -> pd.DataFrame:
+    def _parquet_frame(self, table: pa.Table, schema: Schema, columns: Sequence[str], lists: Sequence[str], source: str,
+                       start: int) -> pd.DataFrame:
         cols: dict[str, Any] = {}
-        for name in self._needed(schema, columns):
+        raw = set(schema.columns)
+        for name in self._needed(schema, columns, lists):
             arr, sparse = table[name], name in schema.sparse_names
-            if name not in schema.names and name != schema.label:  # an extra column: as it is
+            if name in lists:  # a vector held as one list column: its D prefixed columns
+                spec = schema[name]
+                cols.update(zip(spec.columns, _vector_columns(arr, spec.width, source, name, start)))
+                continue
+            if name not in raw and name != schema.label:  # an extra column: as it is
                 cols[name] = arr.to_pandas()
                 continue
             try:
@@ -236,6 +257,38 @@ class TabularReader(Reader):
         frame = pd.DataFrame(cols)
         frame.index = pd.RangeIndex(start + 1, start + len(frame) + 1, name="row")
         return frame
+
+
+def _shown(columns: list[str], limit: int = 40) -> str:
+    """A column list for a message: whole up to ``limit`` names, else its head and its size."""
+    if len(columns) <= limit:
+        return str(columns)
+    return f"{columns[:limit]} ... ({len(columns)} columns)"
+
+
+def _vector_columns(arr: pa.ChunkedArray, dim: int, source: str, name: str, start: int) -> list[np.ndarray]:
+    """A Parquet list column of a vector feature as ``dim`` float64 columns (a null cell: NaN).
+
+    Raises:
+        SchemaError: the column does not hold lists of numbers.
+        DataError: a cell holds another number of values than ``dim``, naming its row.
+    """
+    t = arr.type
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) or not (
+            pa.types.is_integer(t.value_type) or pa.types.is_floating(t.value_type)):
+        raise SchemaError(f"{source}: column {name!r} has type {t}; a vector feature needs lists of numbers")
+    lists = arr.combine_chunks()
+    n = len(lists)
+    lengths = pc.fill_null(pc.list_value_length(lists), dim).to_numpy(zero_copy_only=False)
+    if n and (lengths != dim).any():
+        row = int(np.argmax(lengths != dim))
+        raise DataError(f"{source}: row {start + row + 1}: column {name!r} holds {int(lengths[row])} values; the vector "
+                        f"feature has dim {dim} ({int((lengths != dim).sum())} such row(s))")
+    flat = pc.cast(pc.list_flatten(lists), pa.float64()).to_numpy(zero_copy_only=False)  # null cells hold no values
+    valid = ~lists.is_null().to_numpy(zero_copy_only=False)
+    values = np.full((n, dim), np.nan)
+    values[valid] = flat.reshape(-1, dim)
+    return [values[:, i] for i in range(dim)]
 
 
 def _match_header(header: list[str], needed: list[str]) -> list[str]:

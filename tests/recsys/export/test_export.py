@@ -326,7 +326,8 @@ def test_export_directory(exported: dict[tuple[str, str], Exported]) -> None:
     extra = {"schema.json": ""}
     torch.jit.load(str(e.dir / "model.pt"), _extra_files=extra)
     assert json.loads(extra["schema.json"]) == info
-    assert len((e.dir / "loader.py").read_text().splitlines()) < 200
+    # a small plain-PyTorch file a reader can audit: ids, bags, hashing, scalars and vectors
+    assert len((e.dir / "loader.py").read_text().splitlines()) < 210
 
     # re-export over a previous export works and leaves no temp folders; a foreign folder is refused
     model = e.model.train()
