@@ -135,8 +135,9 @@ def trained_schema(recipe: Recipe) -> Schema:
 
 
 def feature_widths(schema: Schema) -> dict[str, int]:
-    """Width each feature occupies at the seam: embedding dim if sparse, 1 if dense."""
-    return {f.name: (1 if f.kind is FeatureKind.DENSE else int(f.embedding_dim)) for f in schema.features}
+    """Width each feature occupies at the seam, its input dimensions: the embedding dim of an id,
+    1 for a dense scalar, D for a vector."""
+    return {f.name: f.width for f in schema.features}
 
 
 @dataclass

@@ -1,5 +1,17 @@
 """Raw columns -> integer codes for OutRank: categorical, multi-hot (token instances), dense
-(quantile bins), and the label (binary, multi-class, or a binned continuous target)."""
+(quantile bins), vector features, and the label (binary, multi-class, or a binned continuous
+target).
+
+A ``vector`` feature (D floats per row) has two codings. Where a statistic needs one value per
+row (cardinality, the top value, copies, pair scores) its value is the row's whole vector: a
+64-bit hash of its D floats (:func:`vector_keys`). Its relevance to the label is scored on one
+number per row, its projection on the label-contrast direction of the vector (the covariance of
+its standardised columns with the label code), fitted on the *other* half of the batch's rows
+(cross-fitting: even rows are projected on the odd rows' direction and the reverse), then cut
+into quantile bins (:func:`crossfit_projection`). A vector's linear signal is found whatever
+its width, and a noise vector scores like one noise column: its direction, fitted on other
+rows, is unrelated to the scored rows' labels (the best of D column scores would grow with D).
+"""
 
 from __future__ import annotations
 
@@ -14,8 +26,9 @@ from recsys.data.schema import FeatureKind, FeatureSpec
 from selection.mutual_info import factorize
 
 __all__ = [
-    "EMPTY_BAG", "EncodedColumn", "bin_codes", "code_values", "dense_values", "encode_binned", "encode_column",
-    "label_codes", "missing_mask", "quantile_edges",
+    "EMPTY_BAG", "EncodedColumn", "bin_codes", "code_values", "crossfit_projection", "dense_values", "encode_binned",
+    "encode_column", "encode_feature", "encode_vector", "feature_cells", "label_codes", "missing_mask", "quantile_edges",
+    "vector_keys",
 ]
 
 #: the token an empty multi-hot bag is scored as
@@ -36,6 +49,9 @@ class EncodedColumn:
         token_codes: multi-hot only: the token code of each instance (an empty bag is one
             :data:`EMPTY_BAG` token).
         binned: dense only: True when the values were cut into quantile bins.
+        vectors: vector only: the N x D values (float32, NaN filled with 0); the relevance
+            codes of a batch are its cross-fitted projection (see the module docstring).
+        bins: vector only: quantile bins of the projection.
     """
 
     name: str
@@ -45,13 +61,19 @@ class EncodedColumn:
     token_rows: np.ndarray | None = None
     token_codes: np.ndarray | None = None
     binned: bool = False
+    vectors: np.ndarray | None = None
+    bins: int = 32
 
     @property
     def is_multi_hot(self) -> bool:
         return self.token_rows is not None
 
     def batch(self, start: int, stop: int, label: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """``(feature codes, label codes)`` of rows ``start:stop`` (token instances for multi-hot)."""
+        """``(feature codes, label codes)`` of rows ``start:stop`` (token instances for multi-hot,
+        binned cross-fitted projections for a vector)."""
+        if self.vectors is not None:
+            y = label[start:stop]
+            return _quantile_codes(crossfit_projection(self.vectors[start:stop], y), self.bins), y
         if self.token_rows is None:
             return self.codes[start:stop], label[start:stop]
         lo, hi = np.searchsorted(self.token_rows, [start, stop])
@@ -187,6 +209,71 @@ def encode_column(values: pd.Series, spec: FeatureSpec | None = None, dense_bins
     if missing.any() and not pd.api.types.is_numeric_dtype(values.dtype):  # NaN, None and "": one code
         values = values.where(values.notna(), "")
     return EncodedColumn(name, kind, factorize(values), missing)
+
+
+def vector_keys(block: np.ndarray) -> pd.Series:
+    """One value per row of a vector feature's N x D floats: a 64-bit hash of the row (FNV over
+    the float64 bits of its D values; equal rows, equal keys), ``<NA>`` where a value is NaN."""
+    x = np.ascontiguousarray(np.asarray(block, dtype=np.float64))
+    bits = x.view(np.uint64)
+    h = np.full(len(x), 14695981039346656037, dtype=np.uint64)
+    prime = np.uint64(1099511628211)
+    for j in range(x.shape[1]):
+        h = (h ^ bits[:, j]) * prime
+    keys = pd.Series(h.view(np.int64), dtype="Int64")
+    keys[np.isnan(x).any(axis=1)] = pd.NA
+    return keys
+
+
+def feature_cells(frame: pd.DataFrame, spec: FeatureSpec) -> pd.Series:
+    """A feature's cells as one value per row: its column, or a vector's row keys
+    (:func:`vector_keys`)."""
+    if spec.is_vector:
+        keys = vector_keys(frame[list(spec.columns)].to_numpy(dtype=np.float64))
+        keys.index = frame.index
+        return keys.rename(spec.name)
+    return frame[spec.name]
+
+
+def crossfit_projection(vectors: np.ndarray, label: np.ndarray) -> np.ndarray:
+    """Every row's projection on the label-contrast direction fitted on the other half of the rows.
+
+    Rows at even positions are projected on the direction of the odd ones and the reverse. The
+    direction of a half is the covariance of its standardised columns with its label codes
+    (for a binary label, the difference of the class means in standard units). N x D -> N.
+    """
+    x = np.asarray(vectors, dtype=np.float64)
+    out = np.zeros(len(x))
+    std = x.std(axis=0)
+    z = (x - x.mean(axis=0)) / np.where(std > 0, std, 1.0)
+    y = np.asarray(label, dtype=np.float64)
+    halves = (np.arange(0, len(x), 2), np.arange(1, len(x), 2))
+    for mine, other in (halves, halves[::-1]):
+        if len(other) < 2:
+            continue
+        direction = (y[other] - y[other].mean()) @ z[other] / len(other)
+        out[mine] = z[mine] @ direction
+    return out
+
+
+def encode_vector(block: np.ndarray, spec: FeatureSpec, dense_bins: int | None = 32) -> EncodedColumn:
+    """A vector feature's N x D values: row keys as its codes, the values for its relevance."""
+    x = np.asarray(block, dtype=np.float64)
+    missing = np.isnan(x).any(axis=1)
+    keys = vector_keys(x)
+    return EncodedColumn(spec.name, spec.kind, factorize(keys), missing,
+                         vectors=np.nan_to_num(x, nan=0.0).astype(np.float32), bins=int(dense_bins or 32))
+
+
+def encode_feature(frame: pd.DataFrame, spec: FeatureSpec, dense_bins: int | None = 32, rows: np.ndarray | None = None
+                   ) -> EncodedColumn:
+    """:func:`encode_column` of a feature's column in ``frame`` (rows ``rows``, positions; None =
+    all), or :func:`encode_vector` of a vector's columns."""
+    if spec.is_vector:
+        block = frame[list(spec.columns)].to_numpy(dtype=np.float64)
+        return encode_vector(block if rows is None else block[rows], spec, dense_bins)
+    col = frame[spec.name]
+    return encode_column(col if rows is None else col.iloc[rows], spec, dense_bins)
 
 
 def label_codes(

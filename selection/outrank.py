@@ -346,7 +346,7 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
             score=float(value[f]),
             rank=r + 1,
             uncertainty=scores.spread(f),
-            width=specs[f].embedding_dim if specs[f].is_sparse else 1,
+            width=specs[f].width,
             kind=specs[f].kind.value,
             flags=tuple(flags[f]),
         )

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from recsys.data.raw import RawData
-from selection.column_codes import EncodedColumn, encode_column, label_codes
+from selection.column_codes import EncodedColumn, encode_column, encode_feature, label_codes
 from selection.mutual_info import NullModel, distinct_count, factorize, outrank_score, pair_codes, plain_mi, rotation_significance
 
 __all__ = [
@@ -484,7 +484,7 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
     rows = _select_rows(len(raw.frame), method)
     label = label_codes(raw, rows, target_bins=method.target_bins, max_classes=method.max_classes)
     specs = raw.schema.features
-    cols = [encode_column(raw.frame[s.name].iloc[rows], s, method.dense_bins) for s in specs]
+    cols = [encode_feature(raw.frame, s, method.dense_bins, rows) for s in specs]
     n = len(rows)
     batches = _batches(n, method.minibatch_size)
 
@@ -528,7 +528,7 @@ def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9,
     """
     specs = {s.name: s for s in raw.schema.features}
     frame = raw.frame.iloc[:rows]
-    codes = {f: _compact(encode_column(frame[f], specs[f], dense_bins).codes) for f in ranking if f in specs}
+    codes = {f: _compact(encode_feature(frame, specs[f], dense_bins).codes) for f in ranking if f in specs}
     own = {f: outrank_score(c, c, NullModel.ROTATION) for f, c in codes.items()}
 
     def copies(f: str, g: str) -> bool:  # each determines the other

@@ -47,6 +47,8 @@ from selection.column_codes import (
     dense_values,
     encode_binned,
     encode_column,
+    encode_feature,
+    feature_cells,
     missing_mask,
     quantile_edges,
 )
@@ -262,7 +264,7 @@ def survey_chunks(source: ChunkSource, method: OutRankConfig | None = None, *, e
             survey.label.add(label)
             values = {_LABEL: pd.to_numeric(label, errors="coerce").to_numpy(dtype=np.float64)}
             for s in schema.features:
-                col = frame[s.name]
+                col = feature_cells(frame, s)
                 survey.majority[s.name].add_counts(code_values(col, s).value_counts(dropna=False, sort=False))
                 if s.kind is FeatureKind.DENSE:
                     x = values[s.name] = dense_values(col)
@@ -339,7 +341,10 @@ def _label_batch(col: pd.Series, plan: _Plan, method: OutRankConfig) -> np.ndarr
     return factorize(col if numeric.isna().any() else numeric)
 
 
-def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]]) -> EncodedColumn:
+def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]],
+            dense_bins: int | None) -> EncodedColumn:
+    if spec.is_vector:
+        return encode_feature(frame, spec, dense_bins)
     if spec.name in plan.edges:
         return encode_binned(frame[spec.name], spec, plan.edges[spec.name])
     if spec.kind is FeatureKind.MULTI_CATEGORICAL:
@@ -425,7 +430,7 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
     bins = {f: np.zeros(3 if e is None else len(e) + 2, dtype=np.int64) for f, e in plan.edges.items()}
     waiting, b, offset, scored = _Rows(), 0, 0, 0
     vocabs: dict[str, dict[Any, int]] = {}  # multi-hot tokens -> first appearance (see encode_column)
-    columns = [*names, schema.label]
+    columns = [*schema.columns, schema.label]
     with Progress("outrank pass 2/2: scoring", total=survey.rows, enabled=progress) as bar:
         for chunk in source():
             rows = offset + np.arange(len(chunk.frame), dtype=np.int64)
@@ -436,7 +441,7 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
             offset += len(chunk.frame)
             scored += len(frame)
             for s in specs:
-                col = frame[s.name]
+                col = feature_cells(frame, s)
                 missing[s.name] += _missing_count(col, s)
                 if s.name in bins:
                     bins[s.name] += np.bincount(bin_codes(dense_values(col), plan.edges[s.name]),
@@ -449,7 +454,7 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 start, stop = batches[b]
                 batch = waiting.take(stop - start)
                 label = _label_batch(batch[schema.label], plan, method)
-                acc.add([_encode(batch, s, plan, vocabs) for s in specs], 0, stop - start, label, start)
+                acc.add([_encode(batch, s, plan, vocabs, method.dense_bins) for s in specs], 0, stop - start, label, start)
                 b += 1
             bar.update(len(chunk.frame), _fraction(chunk))
     if offset != survey.rows or scored != plan.n or b != len(batches):

@@ -27,6 +27,7 @@ import pandas as pd
 
 from recsys.data.raw import RawData
 from recsys.data.schema import FeatureKind, FeatureSpec
+from selection.column_codes import feature_cells
 from selection.outrank import OutRank, Ranking, missing_mask, score_raw
 
 if TYPE_CHECKING:
@@ -306,7 +307,7 @@ def quality_row(spec: FeatureSpec, n: int, n_missing: int, counts: pd.Series | N
         constant=constant,
         near_constant=not constant and top_share >= NEAR_CONSTANT_SHARE,
         all_missing=n > 0 and n_missing == n,
-        identifier_like=spec.kind is not FeatureKind.DENSE and present >= IDENTIFIER_MIN_ROWS
+        identifier_like=spec.is_sparse and present >= IDENTIFIER_MIN_ROWS
         and card >= IDENTIFIER_SHARE * present,
         approximate=approximate,
     )
@@ -351,7 +352,7 @@ def data_quality(raw: RawData, outrank: OutRank | None = None, *, score: bool = 
         :class:`QualityReport`. :func:`selection.quality_stream.data_quality_stream` gives the
         same report reading a file in chunks.
     """
-    rows = [_feature_quality(raw.frame[s.name], s) for s in raw.schema.features]
+    rows = [_feature_quality(feature_cells(raw.frame, s), s) for s in raw.schema.features]
     label = raw.frame[raw.schema.label]
     label_counts = {str(k): int(v) for k, v in label.value_counts(dropna=False).sort_index().items()}
     scoring: dict[str, Any] | None = None

@@ -26,6 +26,7 @@ import pandas as pd
 
 from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureSpec, Schema
+from selection.column_codes import feature_cells
 from selection.outrank import OutRank
 from selection.outrank_scoring import OutRankConfig, Ranking
 from selection.outrank_stream import DEFAULT_EDGE_SAMPLE, ChunkSource, score_stream, survey_chunks
@@ -121,7 +122,7 @@ class _Profile:
             self.schema, self.source = chunk.schema, chunk.report.source
             self.features = [FeatureProfile(s, *self.options) for s in chunk.schema.features]
         for p in self.features:
-            p.add(chunk.frame[p.spec.name])
+            p.add(feature_cells(chunk.frame, p.spec))
         counts = chunk.frame[chunk.schema.label].value_counts(dropna=False)
         self.labels = counts if self.labels is None else self.labels.add(counts, fill_value=0)
         self.rows += len(chunk.frame)
