@@ -174,6 +174,14 @@ class OutRank(OutRankConfig, ImportanceMethod):
             (default, our change): the package's ``median`` cannot demote an exact copy once
             three or more features are selected (the copy is unrelated to most of them).
         relation_agg (Aggregation): how Q(s, f) is aggregated (``median``, the package's).
+        pair_features (int | None): the pair matrices (3MR's redundancy and relation) cover at
+            most this many features: the most relevant of the first pair batch (None: all; they
+            cost ~3 F^2 / 2 scores a batch: at F = 1,000 one batch of them takes longer than the
+            relevance of every batch). Exact when F is at most this. Beyond it, 3MR orders these
+            candidates and the other features follow in relevance order, and no interaction
+            (synergy) test runs: a feature that scores below its noise control is then kept by
+            the noise gate and flagged ``untested_pairs`` (it may be half of an interaction: the
+            test costs W x F pair scores for W weak features).
         pair_batches (int | None): the redundancy and relation matrices are medians over at
             most this many batches (spread evenly; None = all); they cost 3 F^2 / 2 scores a
             batch.
@@ -290,6 +298,7 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
     excluded = scores.leakage(method.leakage_threshold)
     below = scores.below_noise(interactions=method.interactions) if method.controls else {}
     partners = scores.interaction_partners() if method.interactions else {}
+    untested = scores.untested() if method.controls and method.interactions else {}
 
     flags: dict[str, list[str]] = {f: [] for f in scores.features}
     for f in scores.features:
@@ -303,13 +312,18 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
             flags[f].append("below_noise")
         if f in partners:
             flags[f].append("interaction")
+        if f in untested:
+            flags[f].append("untested_pairs")
     ranked = [f for f in scores.features if f not in excluded and f not in scores.constant]
     last = [f for f in scores.features if f not in excluded and f in scores.constant]
 
     extras: dict[str, Any] = {"relevance": dict(scores.relevance)}
     if method.ranking is Ranking.COMBINED and scores.pair_features is not None and ranked:
+        # with pruned pairs, 3MR orders the pair candidates; the rest follow by relevance
         pos = {f: i for i, f in enumerate(scores.pair_features)}
-        idx = np.array([pos[f] for f in ranked])
+        rest = [f for f in ranked if f not in pos]
+        ranked = [f for f in ranked if f in pos]
+        idx = np.array([pos[f] for f in ranked], dtype=np.int64)
         d = scores.redundancy[np.ix_(idx, idx)]  # type: ignore[index]
         q = scores.relation[np.ix_(idx, idx)]  # type: ignore[index]
         order, gains = combined_ranking([scores.relevance[f] for f in ranked], d, q, alpha=method.alpha,
@@ -318,9 +332,19 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
         ranked = [ranked[i] for i in order]
         shown = list(np.maximum.accumulate(np.asarray(gains)[::-1])[::-1])
         value = dict(zip(ranked, shown))
+        if rest:  # below the last candidate: their relevance on 3MR's [0, 1] scale, never above it
+            rest.sort(key=lambda f: -scores.relevance[f])
+            rel = np.array([scores.relevance[f] for f in [*ranked, *rest]])
+            lo, hi = float(rel.min()), float(rel.max())
+            scaled = (rel[len(ranked):] - lo) / (hi - lo) if hi > lo else np.zeros(len(rest))
+            tail = np.minimum.accumulate(np.minimum(scaled, shown[-1] if shown else 1.0))
+            value.update(zip(rest, map(float, tail)))
+            ranked = [*ranked, *rest]
+            shown = [*shown, *map(float, tail)]
         floor = min(shown) if shown else 0.0
         value.update({f: floor for f in last})
-        extras["combined"] = {"order": ranked, "gain": gains}
+        extras["combined"] = {"order": ranked, "gain": gains, "pairs_pruned": scores.pairs_pruned,
+                              "pair_features": list(scores.pair_features)}
     else:
         ranked.sort(key=lambda f: -scores.relevance[f])  # stable: ties keep schema order
         value = {f: scores.relevance[f] for f in ranked}
@@ -331,6 +355,7 @@ def report_from_scores(scores: OutRankScores, method: OutRank, schema: Schema, t
         extras["relation"] = {"features": scores.pair_features, "matrix": scores.relation.tolist()}
     extras["controls"] = scores.controls
     extras["below_noise"] = below
+    extras["pairs_untested"] = scores.untested() if method.controls and method.interactions else {}
     extras["interaction_partners"] = {f: {"partner": p, "synergy": g} for f, (p, g) in partners.items()}
     extras.update(
         label_entropy=scores.label_entropy,

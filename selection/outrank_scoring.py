@@ -8,6 +8,7 @@ by batch, without ranking; :mod:`selection.outrank` turns the scores into the re
 
 from __future__ import annotations
 
+import hashlib
 import math
 import time
 from collections.abc import Iterable, Iterator
@@ -97,6 +98,7 @@ class OutRankConfig:
     redundancy_agg: Aggregation = Aggregation.MAX
     relation_agg: Aggregation = Aggregation.MEDIAN
     pair_batches: int | None = 8
+    pair_features: int | None = 48
     interactions: bool = True
     interaction_alpha: float = 0.01
     seed: int = 0
@@ -114,7 +116,7 @@ class OutRankConfig:
         for name, low in (("minibatch_size", 2), ("subsampling", 1), ("null_rotations", 1), ("max_classes", 2)):
             if getattr(self, name) < low:
                 raise ValueError(f"OutRank: {name} must be >= {low}, got {getattr(self, name)}")
-        for name, low in (("max_rows", 2), ("dense_bins", 2), ("target_bins", 2), ("pair_batches", 1)):
+        for name, low in (("max_rows", 2), ("dense_bins", 2), ("target_bins", 2), ("pair_batches", 1), ("pair_features", 2)):
             if getattr(self, name) is not None and getattr(self, name) < low:
                 raise ValueError(f"OutRank: {name} must be >= {low} or None, got {getattr(self, name)}")
         if not 0.0 < self.leakage_threshold <= 1.0:
@@ -147,6 +149,9 @@ class OutRankScores:
         synergy: per chunk of a pair batch (C x F x F), ``S[i, j]`` = what feature i adds to the pair
             "i AND j" beyond its own score, against a row permutation of i (see :func:`_pair_matrices`).
         interaction_alpha: family-wise error rate of the synergy tests (:meth:`interaction_partners`).
+        pairs_pruned: the pair matrices cover ``pair_features`` only, the ``pair_features`` most
+            relevant features of the first pair batch among more (``OutRankConfig.pair_features``),
+            and no synergy was scored (:meth:`untested`).
     """
 
     features: list[str]
@@ -168,6 +173,7 @@ class OutRankScores:
     relation: np.ndarray | None = None
     synergy: np.ndarray | None = None
     interaction_alpha: float = 0.01
+    pairs_pruned: bool = False
 
     def spread(self, feature: str) -> float | None:
         """Across-batch IQR of ``feature``'s relevance (None with a single batch)."""
@@ -220,7 +226,9 @@ class OutRankScores:
 
         With ``interactions`` (and pair scores computed), a feature with an
         :meth:`interaction_partners` entry is not listed: its signal is in a pair (the
-        planted ``ad_slot`` x ``daypart`` of the synthetic data), not absent.
+        planted ``ad_slot`` x ``daypart`` of the synthetic data), not absent. Nor is, when the
+        pairs were pruned, a feature outside them: its pairs were never tested
+        (:meth:`untested`).
         """
         noise = {n: c for n, c in self.controls.items() if n.removeprefix(CONTROL_PREFIX) in _NOISE_CONTROLS}
         out: dict[str, str] = {}
@@ -239,7 +247,19 @@ class OutRankScores:
         if interactions:
             for f in self.interaction_partners():
                 out.pop(f, None)
+            for f in self.untested(out):
+                out.pop(f, None)
         return out
+
+    def untested(self, below: dict[str, str] | None = None) -> dict[str, str]:
+        """Features below the noise control that were never tested for an interaction, so a noise
+        gate must keep them -> that control; empty unless the pairs were pruned. With pruned
+        pairs no synergy is scored at all: testing each of W weak features against every other
+        costs W x F pair scores (20M at F = 5,000), and the pair candidates are chosen by their
+        own relevance, which a pure interaction's members lack."""
+        if not self.pairs_pruned:
+            return {}
+        return dict(self.below_noise(interactions=False) if below is None else below)
 
 
 def _select_rows(n: int, method: OutRankConfig) -> np.ndarray:
@@ -388,6 +408,7 @@ class BatchScores:
         self.pair_names = pair_names
         self.pair_ids = pair_ids
         self._pair_set = set(pair_names)
+        self.pairs_pruned = False
         self.rel: dict[str, list[float]] = {f: [] for f in names}
         self.card: dict[str, list[int]] = {f: [] for f in names}
         self.ctrl: dict[str, list[float]] = {}
@@ -421,6 +442,8 @@ class BatchScores:
                 key = CONTROL_PREFIX + cname
                 self.ctrl.setdefault(key, []).append(self._score(x, lab))
                 self.ctrl_card.setdefault(key, []).append(distinct_count(x))
+        if b in self.pair_ids and not self.d_list:
+            self._prune_pairs()
         pair_cols = [c for c in cols if c.name in self._pair_set]
         if b in self.pair_ids and pair_cols:
             noise = [v[-1] for k, v in self.ctrl.items() if k.removeprefix(CONTROL_PREFIX) in _NOISE_CONTROLS]
@@ -428,14 +451,26 @@ class BatchScores:
             d, q, syn = _pair_matrices(pair_cols, lo, hi, label, method.redundancy_score is RedundancyScore.PLAIN,
                                        method.null, method.null_rotations,
                                        np.random.default_rng([method.seed, 2, b])
-                                       if method.interactions and len(self.s_list) < SYNERGY_BATCHES * SYNERGY_CHUNKS
-                                       else None, weak)
+                                       if method.interactions and not self.pairs_pruned
+                                       and len(self.s_list) < SYNERGY_BATCHES * SYNERGY_CHUNKS else None, weak)
             if syn is not None:
                 self.s_list.extend(syn)
             self.d_list.append(d)
             self.q_list.append(q)
         self.rows += hi - lo
         self.batches += 1
+
+    def _prune_pairs(self) -> None:
+        """Keep the ``pair_features`` most relevant features of this (the first pair) batch for
+        the pair matrices, when there are more: pairs cost ~3 F^2 / 2 scores a batch."""
+        cap = self.method.pair_features
+        if cap is None or len(self.pair_names) <= cap:
+            return
+        latest = {f: self.rel[f][-1] for f in self.pair_names}
+        keep = set(sorted(self.pair_names, key=lambda f: -latest[f])[:cap])
+        self.pair_names = [f for f in self.pair_names if f in keep]
+        self._pair_set = keep
+        self.pairs_pruned = True
 
     def finish(self, kinds: dict[str, str], constant: set[str], all_missing: set[str], near_constant: set[str],
                pairs: bool, seconds: float) -> OutRankScores:
@@ -463,6 +498,7 @@ class BatchScores:
             relation=np.median(np.stack(self.q_list), axis=0) if self.q_list else None,
             synergy=np.stack(self.s_list) if self.s_list else None,
             interaction_alpha=self.method.interaction_alpha,
+            pairs_pruned=self.pairs_pruned and pairs,
         )
 
 
@@ -505,7 +541,7 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
 
 
 def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9, rows: int = 2**14,
-                       dense_bins: int | None = 32) -> dict[str, str]:
+                       dense_bins: int | None = 32, candidates: int | None = 256) -> dict[str, str]:
     """Features of ``ranking`` that (nearly) copy a feature ranked above them -> that feature.
 
     Walking the ranking down, feature j is redundant with an earlier kept feature i when the
@@ -519,16 +555,30 @@ def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9,
     factor ``threshold^2`` (a margin of one more ``threshold`` for the estimates' noise) is not
     scored: on Criteo's 39 fields that skips 2 pairs of 3.
 
+    At width the pairs are pruned (``candidates``): a feature whose codes equal an earlier
+    feature's up to a relabelling (an exact copy: a relabelled id, a rescaled column whose bins
+    coincide) is found anywhere in the ranking by hashing its codes in order of first
+    appearance, and so is a vector equal to an earlier one in standard units (a rescaled
+    vector), in O(F) work; the near copies are looked for among the first ``candidates``
+    features of the ranking only, where a top-k selection reads them (a vector's near copies
+    are not looked for: its row codes are nearly all distinct).
+
     Args:
         raw: raw rows (its schema names the features' kinds).
         ranking: feature names, most important first (names not in ``raw`` are skipped).
         threshold: the share of its own score a feature must keep to be a copy.
         rows: rows read.
         dense_bins: quantile bins of a many-valued dense column (as OutRank's encoding).
+        candidates: near copies are looked for among this many features at the top of the
+            ranking (None: all of them, ``len(ranking)^2 / 2`` scores at most).
     """
     specs = {s.name: s for s in raw.schema.features}
     frame = raw.frame.iloc[:rows]
-    codes = {f: _compact(encode_feature(frame, specs[f], dense_bins).codes) for f in ranking if f in specs}
+    named = list(dict.fromkeys(f for f in ranking if f in specs))
+    top = set(named if candidates is None else named[:candidates])
+    first = {f: _vector_signature(frame, specs[f]) if specs[f].is_vector else
+             factorize(encode_feature(frame, specs[f], dense_bins).codes) for f in named}
+    codes = {f: _compact(first[f]) for f in named if f in top and not specs[f].is_vector}
     own = {f: outrank_score(c, c, NullModel.ROTATION) for f, c in codes.items()}
 
     def copies(f: str, g: str) -> bool:  # each determines the other
@@ -539,13 +589,34 @@ def redundant_features(raw: RawData, ranking: list[str], threshold: float = 0.9,
 
     kept: list[str] = []
     out: dict[str, str] = {}
-    for f in codes:
-        source = next((g for g in kept if copies(f, g)), None)
+    seen: dict[bytes, list[str]] = {}  # hash of the codes in order of first appearance -> features
+    for f in named:
+        key = hashlib.blake2b(first[f].tobytes(), digest_size=16).digest()
+        same = next((g for g in seen.get(key, []) if np.array_equal(first[g], first[f])), None) if threshold <= 1 else None
+        seen.setdefault(key, []).append(f)
+        if same is not None and not specs[f].is_vector and outrank_score(
+                _compact(first[f]), _compact(first[f]), NullModel.ROTATION) <= 0:
+            same = None  # a constant, or ID-like in the sample (a distinct value in every row "copies" any other)
+        if same is not None:  # an exact copy (each determines the other): of what ``same`` copies, if anything
+            out[f] = out.get(same, same)
+            continue
+        source = next((g for g in kept if copies(f, g)), None) if f in codes else None
         if source is None:
-            kept.append(f)
+            if f in codes:
+                kept.append(f)
         else:
             out[f] = source
     return out
+
+
+def _vector_signature(frame: Any, spec: Any) -> np.ndarray:
+    """A vector feature's values in standard units per column, rounded to 1e-6 (equal for a
+    rescaled or shifted copy; a vector has a distinct value in nearly every row, so its row
+    codes cannot tell a copy from chance), as an int64 array (the exact-copy key)."""
+    x = frame[list(spec.columns)].to_numpy(dtype=np.float64)
+    std = np.nanstd(x, axis=0)
+    z = (x - np.nanmean(x, axis=0)) / np.where(std > 0, std, 1.0)
+    return np.round(np.nan_to_num(z, nan=1e9) * 1e6).astype(np.int64)
 
 
 def memorisable_features(raw: RawData, features: Iterable[str], min_distinct_share: float = 0.1, min_z: float = 2.0,

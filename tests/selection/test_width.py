@@ -1,0 +1,92 @@
+"""Selectors at width: what is pruned, what stays exact, on the wide generator's planted truth.
+
+OutRank scores pairs among its ``pair_features`` most relevant features only, and its noise gate
+then keeps the features it never tested for an interaction; the copy check finds exact copies
+anywhere by hashing and near copies among the top of the ranking. Small F here (the large sizes
+run in ``experiments/benchmarks/wide.py``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from recsys.data.raw import RawData
+from recsys.data.wide import WideReader, WideTruth
+from selection.outrank import OutRank, rank_raw
+from selection.outrank_scoring import OutRankConfig, redundant_features, score_raw
+
+
+@pytest.fixture(scope="module")
+def wide() -> tuple[RawData, WideTruth]:
+    reader = WideReader(n_features=80, n_rows=40_000, seed=1)
+    return reader.read(), reader.ground_truth()
+
+
+def test_pruned_pairs_rank_the_candidates_then_the_rest_by_relevance(wide: tuple[RawData, WideTruth]) -> None:
+    raw, truth = wide
+    method = OutRank(pair_features=12, progress=False)
+    scores = score_raw(raw, method)
+    assert scores.pairs_pruned and scores.pair_features is not None and len(scores.pair_features) == 12
+    assert scores.redundancy is not None and scores.redundancy.shape == (12, 12)
+    assert scores.synergy is None  # no interaction test once pruned
+    report = rank_raw(raw, method)
+    ranking = report.ranking
+    assert set(ranking[:12]) == set(scores.pair_features)
+    rest = [f for f in ranking[12:] if "constant" not in report[f].flags]
+    assert rest == sorted(rest, key=lambda f: -scores.relevance[f])
+    values = [report[f].score for f in ranking]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+    # every weak feature was left untested: flagged, and kept out of the noise gate's drops
+    assert report.extras["below_noise"] == {}
+    untested = report.extras["pairs_untested"]
+    assert len(untested) > 30 and not set(truth.names("interaction")) & set(report.extras["below_noise"])
+    assert all("untested_pairs" in report[f].flags for f in untested)
+    # unpruned (F <= pair_features), the same data keeps the exact behaviour
+    full = score_raw(raw, OutRankConfig(pair_features=None, progress=False, pair_batches=1))
+    assert not full.pairs_pruned and full.untested() == {} and full.synergy is not None
+
+
+def test_pruned_pairs_keep_the_signal_at_the_top(wide: tuple[RawData, WideTruth]) -> None:
+    raw, truth = wide
+    report = rank_raw(raw, OutRank(pair_features=16, progress=False))
+    marginal = [f for f in truth.names("signal") if truth.strengths[f] > 0]
+    top = set(report.ranking[:30])
+    assert len(top & set(marginal)) >= 0.75 * len(marginal)
+
+
+def test_copies_are_found_beyond_the_candidates_by_their_codes(wide: tuple[RawData, WideTruth]) -> None:
+    raw, truth = wide
+    exact = {f: s for f, s in truth.sources.items() if truth.roles[f] == "copy"}
+    names = list(raw.schema.names)
+    ranking = [*exact.values(), *[f for f in names if f not in exact.values()]]
+    # no candidates at all: only the exact copies (a relabelled id, a scalar x 100, a vector x 2) are found
+    found = redundant_features(raw, ranking, candidates=0)
+    assert found == exact
+    # with candidates the near copy (10% of rows redrawn) is found too when it is among them
+    near = {f: s for f, s in truth.sources.items() if truth.roles[f] == "near_copy"}
+    ranking = [*exact.values(), *near.values(), *near, *[f for f in names if f not in (*exact.values(), *near, *near.values())]]
+    assert redundant_features(raw, ranking, threshold=0.8, candidates=len(exact) + 2) == {**exact, **near}
+    # a feature listed twice, constants and thresholds above 1 find nothing more
+    assert redundant_features(raw, ranking, threshold=1.01, candidates=0) == {}
+
+
+def test_vector_relevance_does_not_grow_with_width() -> None:
+    """A noise vector of width 64 scores like a noise scalar: its direction is fitted on other rows."""
+    from recsys.data.schema import FeatureSpec, Schema
+    from recsys.data.raw import ReadReport
+    import pandas as pd
+
+    rng = np.random.default_rng(0)
+    n = 32_768
+    noise = rng.standard_normal((n, 64))
+    signal = rng.standard_normal((n, 16))
+    logit = signal @ (rng.standard_normal(16) / 4.0)
+    label = (rng.random(n) < 1 / (1 + np.exp(-logit))).astype(int)
+    cols = {f"noise_{i}": noise[:, i] for i in range(64)} | {f"sig_{i}": signal[:, i] for i in range(16)}
+    frame = pd.DataFrame({**cols, "scalar": rng.standard_normal(n), "label": label})
+    schema = Schema((FeatureSpec("noise", kind="vector", dim=64), FeatureSpec("sig", kind="vector", dim=16),
+                     FeatureSpec("scalar", kind="dense")))
+    scores = score_raw(RawData(frame, schema, ReadReport("vectors")), OutRankConfig(ranking="relevance", progress=False))
+    assert scores.relevance["sig"] > 0.05
+    assert abs(scores.relevance["noise"]) < 0.003 and abs(scores.relevance["scalar"]) < 0.003
