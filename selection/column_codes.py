@@ -259,7 +259,7 @@ def crossfit_projection(vectors: np.ndarray, label: np.ndarray) -> np.ndarray:
 def encode_vector(block: np.ndarray, spec: FeatureSpec, dense_bins: int | None = 32) -> EncodedColumn:
     """A vector feature's N x D values: row keys as its codes, the values for its relevance."""
     x = np.asarray(block, dtype=np.float64)
-    missing = np.isnan(x).any(axis=1)
+    missing = np.asarray(np.isnan(x).any(axis=1), dtype=bool)
     keys = vector_keys(x)
     return EncodedColumn(spec.name, spec.kind, factorize(keys), missing,
                          vectors=np.nan_to_num(x, nan=0.0).astype(np.float32), bins=int(dense_bins or 32))
