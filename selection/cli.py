@@ -58,8 +58,9 @@ def _file_args(parser: argparse.ArgumentParser) -> None:
                         help="file format (default: from the extension)")
     parser.add_argument("--label", default="label", help="label column of CSV/TSV/Parquet files")
     parser.add_argument("--schema", default=None, help="schema file of CSV/TSV/Parquet files (default: every column categorical)")
-    parser.add_argument("--chunk-rows", type=int, default=262_144, metavar="N",
-                        help="rows read at a time from raw files (memory per chunk; default 262144)")
+    parser.add_argument("--chunk-rows", type=int, default=None, metavar="N",
+                        help="rows read at a time from raw files (memory per chunk; default: sized by bytes, "
+                             "about 128 MB of parsed rows and at most 262144 rows, whatever the width)")
     parser.add_argument("--sample", type=float, default=None, metavar="FRACTION",
                         help="keep each row with this probability (seeded; default: every row)")
     parser.add_argument("--sample-rows", type=int, default=None, metavar="N",
@@ -76,9 +77,9 @@ def _sources(args: argparse.Namespace) -> list[tuple[str, Any, dict[str, Any]]]:
     from selection.outrank_stream import row_sample
     from selection.rawfiles import raw_chunk_source
 
-    if args.chunk_rows < 1:
+    if args.chunk_rows is not None and args.chunk_rows < 1:
         raise SystemExit(f"--chunk-rows must be >= 1, got {args.chunk_rows}")
-    notes = {"chunk_rows": args.chunk_rows}
+    notes = {"chunk_rows": args.chunk_rows if args.chunk_rows is not None else "by bytes"}
     if args.sample is not None or args.sample_rows is not None:
         notes["sample"] = {"fraction": args.sample, "max_rows": args.sample_rows, "seed": args.sample_seed}
     out = []

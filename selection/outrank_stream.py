@@ -21,7 +21,9 @@ so the bins and the scores equal ``score_raw``'s (to the rounding of sums taken 
 order, ~1e-15). On more rows the dense bin edges are the sample's quantiles.
 
 Memory: one chunk, one batch, the sample (``edge_sample`` x (dense columns + 2) x 8 bytes,
-allocated lazily: 112 MB for Criteo at the default 10^6 rows) and O(1) state per column.
+allocated lazily: 112 MB for Criteo at the default 10^6 rows; fewer rows where that would pass
+:data:`~recsys.data.chunking.SAMPLE_BYTES`, ~40k rows at 3,000 dense columns) and O(1) state
+per column.
 
 Options that are not streamed: none of OutRank's; the pair (3MR) matrices are computed on the
 batches chosen by ``pair_batches``, as in memory.
@@ -37,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from recsys.data.chunking import SAMPLE_BYTES, rows_within
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
@@ -254,7 +257,9 @@ def survey_chunks(source: ChunkSource, method: OutRankConfig | None = None, *, e
             schema = chunk.schema
             if survey is None:
                 dense = [s.name for s in schema.features if s.kind is FeatureKind.DENSE]
-                survey = Survey(schema, chunk.report.source, 0, 0, _Reservoir(edge_sample, [*dense, _LABEL], method.seed),
+                # at most SAMPLE_BYTES of sampled floats: all of edge_sample rows at Criteo's width
+                kept = rows_within(SAMPLE_BYTES, 8 * (len(dense) + 1), edge_sample)
+                survey = Survey(schema, chunk.report.source, 0, 0, _Reservoir(kept, [*dense, _LABEL], method.seed),
                                 {}, {s.name: MisraGries(1) for s in schema.features}, _LabelCheck())
                 distinct = {n: np.empty(0) for n in dense}
             rows = offset + np.arange(len(chunk.frame), dtype=np.int64)

@@ -83,9 +83,10 @@ def _schemaless(frame: pd.DataFrame, label: str, path: Path, report: ReadReport)
 
 
 def iter_raw_chunks(
-    path: str | Path, fmt: str | None = None, label: str = "label", schema: str | None = None, rows: int = 262_144
+    path: str | Path, fmt: str | None = None, label: str = "label", schema: str | None = None, rows: int | None = None
 ) -> Iterator[RawData]:
-    """The rows of :func:`read_raw_file` in order, as chunks of about ``rows`` rows.
+    """The rows of :func:`read_raw_file` in order, as chunks of about ``rows`` rows (None: sized
+    by bytes, :mod:`recsys.data.chunking`; a schema-less file by its number of columns).
 
     Criteo, Frappe and schema files go through the readers' ``iter_chunks`` (Frappe files are
     small and come as one chunk); a schema-less CSV/TSV is read with pandas' chunked reader
@@ -110,13 +111,17 @@ def iter_raw_chunks(
         yield from TabularReader(str(resolved), schema, format=fmt).iter_chunks(rows)
         return
     report = ReadReport(source=str(resolved))
+    sep = "\t" if fmt == "tsv" else ","
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        frames: Iterator[pd.DataFrame] = (b.to_pandas() for b in pq.ParquetFile(resolved).iter_batches(batch_size=rows))
+        file = pq.ParquetFile(resolved)
+        rows = rows or _rows_for_columns(len(file.schema_arrow.names))
+        frames: Iterator[pd.DataFrame] = (b.to_pandas() for b in file.iter_batches(batch_size=rows))
         first = 1
     else:
-        frames = pd.read_csv(resolved, sep="\t" if fmt == "tsv" else ",", dtype=str, keep_default_na=False, chunksize=rows)
+        rows = rows or _rows_for_columns(len(pd.read_csv(resolved, sep=sep, dtype=str, nrows=0).columns))
+        frames = pd.read_csv(resolved, sep=sep, dtype=str, keep_default_na=False, chunksize=rows)
         first = 2
     for frame in frames:
         if not len(frame):
@@ -129,8 +134,15 @@ def iter_raw_chunks(
         raise DataError(f"{resolved}: no data rows")
 
 
+def _rows_for_columns(columns: int) -> int:
+    """Rows per chunk of a schema-less file of ``columns`` text columns, sized by bytes."""
+    from recsys.data.chunking import CHUNK_BYTES, MAX_CHUNK_ROWS, rows_within
+
+    return rows_within(CHUNK_BYTES, 24 * columns, MAX_CHUNK_ROWS)
+
+
 def raw_chunk_source(
-    path: str | Path, fmt: str | None = None, label: str = "label", schema: str | None = None, rows: int = 262_144
+    path: str | Path, fmt: str | None = None, label: str = "label", schema: str | None = None, rows: int | None = None
 ) -> Callable[[], Iterator[RawData]]:
     """A function returning a fresh :func:`iter_raw_chunks` iterator (one per pass over the file),
     whose next chunk is parsed by a background thread while the caller works on this one."""

@@ -58,7 +58,8 @@ from recsys.data.prepare_stream import (
 )
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, merge_reports
+from recsys.data.chunking import MAX_SHARD_ROWS, shard_rows
+from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.shards import (
@@ -403,8 +404,8 @@ def prepare_shards_distributed(
     drop_features: list[str] | None = None,
     embedding_dim: int | None = None,
     cache_dir: str | Path | None = None,
-    rows_per_shard: int = 262_144,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    rows_per_shard: int | None = None,
+    chunk_rows: int | None = None,
     checksum: bool = False,
     progress: bool = True,
     client: Any = None,
@@ -415,7 +416,8 @@ def prepare_shards_distributed(
     Args:
         reader, split, features, drop_features, embedding_dim, rows_per_shard, chunk_rows,
             checksum, progress: as in ``prepare_shards`` (``rows_per_shard`` per partition:
-            each file's last shard of a split may hold fewer rows).
+            each file's last shard of a split may hold fewer rows; both sized by bytes from
+            the reader's :meth:`~recsys.data.readers.base.Reader.schema_hint` when None).
         cache_dir: folder of the shard sets, on storage every worker sees at the same path.
         client: a ``distributed.Client``, a scheduler address (``"tcp://host:8786"``), or None
             for a local cluster of ``n_workers`` single-threaded worker processes.
@@ -432,6 +434,9 @@ def prepare_shards_distributed(
     if cache_dir is None:
         raise ValueError("prepare_shards_distributed writes shards to disk: give it a cache_dir")
     split = split or SplitConfig()
+    hint = reader.schema_hint()
+    rows_per_shard = rows_per_shard or (shard_rows(hint) if hint is not None else MAX_SHARD_ROWS)
+    chunk_rows = chunk_rows or reader.default_chunk_rows()
     folder = dask_cache_folder(reader, split, features, drop_features, embedding_dim, cache_dir, rows_per_shard)
     if folder.exists():
         try:

@@ -43,7 +43,8 @@ from recsys.data.encoders import EncodeStats
 from recsys.data.prepare import apply_options, split_readers
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, merge_reports
+from recsys.data.chunking import shard_rows
+from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.shards import ShardError, ShardSet, ShardWriter
@@ -104,7 +105,7 @@ def _sources(reader: Reader, split: SplitConfig) -> dict[str, Reader]:
 
 def shard_cache_folder(
     reader: Reader, split: SplitConfig, features: list[str] | None, drop_features: list[str] | None,
-    embedding_dim: int | None, cache_dir: str | Path, rows_per_shard: int,
+    embedding_dim: int | None, cache_dir: str | Path, rows_per_shard: int | None,
 ) -> Path:
     """The cache folder :func:`prepare_shards` uses for these options."""
     blob = json.dumps(
@@ -164,7 +165,7 @@ class _Labels:
 class _Stream:
     """Chunks of every source in order, each with its split codes (a fresh splitter per pass)."""
 
-    def __init__(self, sources: dict[str, Reader], split: SplitConfig, chunk_rows: int, total_rows: int | None) -> None:
+    def __init__(self, sources: dict[str, Reader], split: SplitConfig, chunk_rows: int | None, total_rows: int | None) -> None:
         self.sources, self.split, self.chunk_rows, self.total_rows = sources, split, chunk_rows, total_rows
         self.reports: dict[int, ReadReport] = {}
         self.bytes_total = 1
@@ -196,8 +197,8 @@ def prepare_shards(
     drop_features: list[str] | None = None,
     embedding_dim: int | None = None,
     cache_dir: str | Path | None = None,
-    rows_per_shard: int = 262_144,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    rows_per_shard: int | None = None,
+    chunk_rows: int | None = None,
     checksum: bool = False,
     progress: bool = True,
 ) -> ShardSet:
@@ -210,8 +211,9 @@ def prepare_shards(
             permutation).
         features, drop_features, embedding_dim: as in ``prepare_data``.
         cache_dir: folder that holds the shard sets (one per reader and options); required.
-        rows_per_shard: rows per shard file.
-        chunk_rows: rows read and encoded at a time (memory; the result does not depend on it).
+        rows_per_shard: rows per shard file (None: sized by bytes, :func:`~recsys.data.chunking.shard_rows`).
+        chunk_rows: rows read and encoded at a time (memory; the result does not depend on it;
+            None: sized by bytes by the reader, :meth:`~recsys.data.readers.base.Reader.default_chunk_rows`).
         checksum: check every cached shard's SHA-256 before trusting the cache (else size only).
         progress: show rows, rows/s and ETA of each pass (a bar on a terminal, log lines otherwise).
 
@@ -251,7 +253,7 @@ def prepare_shards(
 
 def _build(
     folder: Path, sources: dict[str, Reader], dataset: str, split: SplitConfig,
-    options: tuple[list[str] | None, list[str] | None, int | None], rows_per_shard: int, chunk_rows: int,
+    options: tuple[list[str] | None, list[str] | None, int | None], rows_per_shard: int | None, chunk_rows: int | None,
     progress: bool, before: dict[str, tuple[int, int]],
 ) -> ShardSet:
     timing: dict[str, float] = {}
@@ -298,6 +300,7 @@ def _build(
         t2 = time.perf_counter()
         labels: dict[str, _Labels] = {name: _Labels() for name in SPLITS}
         stats: dict[str, EncodeStats] = {name: EncodeStats() for name in SPLITS}
+        rows_per_shard = shard_rows(schema) if rows_per_shard is None else rows_per_shard
         with ShardWriter(folder, rows_per_shard) as writer, \
                 Progress("pass 2/2: encoding shards", bar.rows, progress) as bar2:
             for spilled in prefetch(spill):

@@ -32,7 +32,7 @@ import pyarrow as pa
 
 from recsys.data.prepare import apply_options, split_readers
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, merge_reports
+from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema
 from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode
@@ -96,7 +96,7 @@ def sample_raw_split(
     seed: int = 0,
     features: list[str] | None = None,
     drop_features: list[str] | None = None,
-    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
 ) -> RawData:
     """Up to ``rows`` uniformly sampled raw rows of split ``name`` (seeded by ``seed``), in
     file order, with ``features``/``drop_features`` applied; see the module docstring.
@@ -125,7 +125,7 @@ def sample_raw_split(
     return apply_options(RawData(frame[columns], kept.schema, kept.report), features, drop_features, None)
 
 
-def _cache_key(reader: Reader, split: SplitConfig, name: str, rows: int, seed: int, chunk_rows: int) -> str:
+def _cache_key(reader: Reader, split: SplitConfig, name: str, rows: int, seed: int, chunk_rows: int | None) -> str:
     stats = []
     for f in reader.files():
         st = Path(f).stat()
@@ -134,7 +134,8 @@ def _cache_key(reader: Reader, split: SplitConfig, name: str, rows: int, seed: i
                  rows, seed, chunk_rows))
 
 
-def _read_sample(reader: Reader, split: SplitConfig, name: str, rows: int, seed: int, chunk_rows: int) -> RawData:
+def _read_sample(reader: Reader, split: SplitConfig, name: str, rows: int, seed: int, chunk_rows: int | None) -> RawData:
+    chunk_rows = reader.default_chunk_rows() if chunk_rows is None else chunk_rows
     if split.kind is SplitMode.FILES:
         sources = split_readers(reader, split)
         if name not in sources:

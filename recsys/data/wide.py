@@ -431,28 +431,43 @@ class WideReader(Reader):
         self.n_rows = n_rows
         self.seed = seed
         self.n_signal = n_signal
+        self._plan: WidePlan | None = None
         _ = self.config  # validate early
 
     @property
     def config(self) -> WideConfig:
         return WideConfig(self.n_features, self.n_rows, self.seed, self.n_signal)
 
-    def read(self) -> RawData:
-        return pool_chunks(list(self.iter_chunks()))
+    def plan(self) -> WidePlan:
+        if self._plan is None:
+            self._plan = wide_plan(self.config)
+        return self._plan
 
-    def iter_chunks(self, rows: int = CHUNK_ROWS, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
+    def schema_hint(self) -> Schema:
+        return self.plan().schema()
+
+    def read(self) -> RawData:
+        return pool_chunks(list(self.iter_chunks(CHUNK_ROWS)))
+
+    def iter_chunks(self, rows: int | None = None, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
+        """The rows, generated :data:`CHUNK_ROWS` at a time and handed out ``rows`` at a time
+        (None: sized by bytes); the rows do not depend on ``rows``."""
         from recsys.data.readers.base import check_columns
 
-        plan = wide_plan(self.config)
+        plan = self.plan()
         schema = plan.schema()
+        step = self.default_chunk_rows() if rows is None else rows
         check_columns(columns, [*schema.columns, LABEL], self.name)
         report = ReadReport(source=f"wide(n_features={self.n_features}, n_rows={self.n_rows}, seed={self.seed})")
         start = 0
         for values, labels in wide_chunks(plan):
-            frame = _frame(plan, values, labels, start)
-            start += len(frame)
-            report.rows_read += len(frame)
-            yield RawData(frame, schema, report)
+            for lo in range(0, len(labels), step):
+                hi = min(lo + step, len(labels))
+                part = {k: v[lo:hi] for k, v in values.items()}
+                frame = _frame(plan, part, labels[lo:hi], start)
+                start += len(frame)
+                report.rows_read += len(frame)
+                yield RawData(frame, schema, report)
 
     def ground_truth(self) -> WideTruth:
         return wide_plan(self.config).truth()

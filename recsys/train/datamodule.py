@@ -56,7 +56,9 @@ class CTRDataModule(pl.LightningDataModule):
             from the training rows, then every split into shards; cached like ``prepare_data``)
             and read as with ``shards``. ``split`` applies (random, predefined files or a time
             column, :class:`~recsys.data.splits.SplitConfig`).
-        rows_per_shard: rows per shard file that ``streaming`` writes.
+        rows_per_shard: rows per shard file that ``streaming`` writes (None: sized by bytes, about
+            256 MB of encoded rows and at most 262,144 rows, :func:`~recsys.data.chunking.shard_rows`;
+            the buffer of ``buffer_shards`` shards is then bounded at any width).
         engine: how ``streaming`` prepares the shards: ``local`` (one process,
             :func:`~recsys.data.prepare_stream.prepare_shards`) or ``dask`` (one task per input
             file on a Dask cluster, :func:`~recsys.data.distributed.prepare_shards_distributed`;
@@ -80,7 +82,7 @@ class CTRDataModule(pl.LightningDataModule):
         shards: str | None = None,
         buffer_shards: int = 4,
         streaming: bool = False,
-        rows_per_shard: int = 262_144,
+        rows_per_shard: int | None = None,
         engine: Literal["local", "dask"] = "local",
         scheduler: str | None = None,
     ) -> None:

@@ -34,7 +34,8 @@ from recsys.data.readers._lines import _read_arrow_csv, check_parsed, parse_tabl
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "parse_block", "pool", "check_file_done"]
 
-#: rows per chunk when a caller does not say
+#: rows per chunk of the callers that still count in rows (readers size theirs by bytes,
+#: :mod:`recsys.data.chunking`)
 DEFAULT_CHUNK_ROWS = 262_144
 _GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 1 << 16

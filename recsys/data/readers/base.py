@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from recsys.data.raw import RawData
-from recsys.data.schema import SchemaError
+from recsys.data.schema import Schema, SchemaError
 
 __all__ = ["Reader", "check_columns"]
 
@@ -34,7 +34,20 @@ class Reader(ABC):
     def read(self) -> RawData:
         """Parse the source into a frame indexed by 1-based source line number."""
 
-    def iter_chunks(self, rows: int = 262_144, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
+    def schema_hint(self) -> Schema | None:
+        """The schema of the data before reading it, where the reader knows it (a schema file, a
+        fixed layout); None otherwise. Used to size chunks and shards by bytes."""
+        return None
+
+    def default_chunk_rows(self) -> int:
+        """Rows per chunk when a caller gives none: sized by bytes from :meth:`schema_hint`
+        (:func:`recsys.data.chunking.chunk_rows`), the row cap without one."""
+        from recsys.data.chunking import MAX_CHUNK_ROWS, chunk_rows
+
+        schema = self.schema_hint()
+        return MAX_CHUNK_ROWS if schema is None else chunk_rows(schema)
+
+    def iter_chunks(self, rows: int | None = None, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
         """The rows of :meth:`read`, in order, as chunks of about ``rows`` rows.
 
         Each chunk comes from one source file: its frame is indexed by line (or row) in that
@@ -43,8 +56,9 @@ class Reader(ABC):
         last chunk has been consumed. A chunk never is empty.
 
         Args:
-            rows: rows per chunk (about; the default reader yields one chunk of everything,
-                which suits small datasets such as Frappe and MovieLens).
+            rows: rows per chunk (about; None: :meth:`default_chunk_rows`, sized by bytes; the
+                default reader yields one chunk of everything, which suits small datasets such
+                as Frappe and MovieLens).
             columns: raw columns to keep besides the schema's features and label (the time
                 column of a time-ordered split); a name the source lacks is a ``SchemaError``.
         """

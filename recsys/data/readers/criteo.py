@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from recsys.data.raw import RawData, ReadReport, check_labels, resolve_data_path
 from recsys.data.readers._lines import to_float
-from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, parse_block, pool, text_frames
+from recsys.data.readers._stream import parse_block, pool, text_frames
 from recsys.data.readers.base import Reader, check_columns
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 
@@ -107,8 +107,11 @@ class CriteoReader(Reader):
     def read(self) -> RawData:
         return pool(self._chunks(None, ()))
 
-    def iter_chunks(self, rows: int = DEFAULT_CHUNK_ROWS, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
-        return self._chunks(rows, columns)
+    def schema_hint(self) -> Schema:
+        return self.build_schema()
+
+    def iter_chunks(self, rows: int | None = None, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
+        return self._chunks(self.default_chunk_rows() if rows is None else rows, columns)
 
     def _chunks(self, rows: int | None, columns: Sequence[str]) -> Iterator[RawData]:
         if self.nrows is not None and self.nrows < 1:

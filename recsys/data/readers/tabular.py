@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from recsys.data.raw import DataError, IndexUnit, RawData, ReadReport, check_labels, resolve_data_path
 from recsys.data.readers._lines import to_float
-from recsys.data.readers._stream import DEFAULT_CHUNK_ROWS, parse_block, pool, text_frames
+from recsys.data.readers._stream import parse_block, pool, text_frames
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
 
@@ -118,8 +118,11 @@ class TabularReader(Reader):
     def read_with_columns(self, columns: Sequence[str]) -> RawData:
         return pool(self._chunks(None, columns))
 
-    def iter_chunks(self, rows: int = DEFAULT_CHUNK_ROWS, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
-        return self._chunks(rows, columns)
+    def schema_hint(self) -> Schema:
+        return self.load_schema()
+
+    def iter_chunks(self, rows: int | None = None, *, columns: Sequence[str] = ()) -> Iterator[RawData]:
+        return self._chunks(self.default_chunk_rows() if rows is None else rows, columns)
 
     def _chunks(self, rows: int | None, columns: Sequence[str]) -> Iterator[RawData]:
         schema = self.load_schema()

@@ -279,7 +279,7 @@ def test_one_class_split_and_progress_lines(tmp_path: Path, caplog: pytest.LogCa
     messages = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("pass 1/2: reading, counting vocabularies: 400 rows in") for m in messages)
     assert any(m.startswith("pass 2/2: encoding shards: 400 rows in") for m in messages)
-    assert shard_cache_folder(CriteoReader(str(path)), split, None, None, None, tmp_path / "c", 262_144) == shards.folder
+    assert shard_cache_folder(CriteoReader(str(path)), split, None, None, None, tmp_path / "c", None) == shards.folder
     with pytest.raises(ValueError, match="cache_dir"):
         prepare_shards(CriteoReader(str(path)))
 
