@@ -8,6 +8,7 @@
     salience quality DATA... | --config CFG
     salience pipeline --config experiments/configs/pipeline/frappe.yaml
     salience demo
+    salience wide-data --features 1000 --rows 50000 --output data/wide.parquet
     salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
     salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR
     salience compress --config CFG --budget 0.125x --output DIR     # also trains dims / row-scheme layouts
@@ -133,6 +134,12 @@ def _pipeline(argv: Sequence[str]) -> int:
     return pipeline_main(argv)
 
 
+def _wide_data(argv: Sequence[str]) -> int:
+    from recsys.data.wide import wide_data_main
+
+    return wide_data_main(argv)
+
+
 def _tune(argv: Sequence[str]) -> int:
     from experiments.hpo.tune import tune_main
 
@@ -158,6 +165,7 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
     "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
     "pipeline": (_pipeline, "quality -> OutRank -> LeAP -> DNIS -> GIF -> final fit -> export, vs the original; resumable"),
+    "wide-data": (_wide_data, "write the wide synthetic dataset (thousands of mixed features, planted truth) as Parquet or CSV"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
     "bench": (_bench, f"run a committed benchmark ({', '.join(BENCHMARKS)})"),
 }

@@ -549,6 +549,11 @@ class LeAP(ImportanceMethod):
             replica (:func:`~selection.permutation.permutation_drops`, one repeat): one
             evaluation pass per field, no second fit. 0 turns it off (the fusions that read the
             drops then raise).
+        heldout_fields: [INF] the held-out drops are measured for at most this many fields: the
+            highest by the sum fusion (gate + relevance, what the run has before any drop); the
+            others count as no drop, ranked by what they have. The ranking's cost beyond the fit
+            is then at most this many evaluation passes at any F (one per field up to it: the
+            same ranking as measuring them all). None: every field.
         copy_threshold: [INF] a feature that copies one ranked above it (each determines the
             other to this share of its own corrected score on a batch of training rows:
             :func:`~selection.outrank_scoring.redundant_features`, e.g. a relabelled id or a
@@ -582,6 +587,7 @@ class LeAP(ImportanceMethod):
     controller_every: int = 1
     fusion: LeAPFusion = LeAPFusion.RELEVANCE_HELDOUT
     heldout_rows: int = 500_000
+    heldout_fields: int | None = 64
     copy_threshold: float = 0.9
     id_screen: bool = True
 
@@ -635,7 +641,15 @@ class LeAP(ImportanceMethod):
             "run_dir": fit.root_dir,
             "fit_seconds": fit.seconds,
         }
-        heldout = self.heldout_drops(fit) if fused and self.heldout_rows > 0 else None
+        heldout = None
+        if fused and self.heldout_rows > 0:
+            gates = seam.gate_dict(final=True)
+            candidates = None
+            if self.heldout_fields is not None and len(gates) > self.heldout_fields:
+                first = sum_fusion(gates, relevance.relevance if relevance is not None else {})
+                candidates = sorted(gates, key=lambda f: -first[f])[: self.heldout_fields]
+            heldout = self.heldout_drops(fit, candidates)
+            extras["heldout_fields"] = len(gates) if candidates is None else len(candidates)
         report = self.report(
             seam, schema, cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, extras=extras,
             relevance=relevance.relevance if fused and relevance is not None else None, heldout=heldout,
@@ -650,15 +664,16 @@ class LeAP(ImportanceMethod):
         report.cost_seconds = time.perf_counter() - start
         return report
 
-    def heldout_drops(self, fit: FitResult) -> dict[str, float] | None:
+    def heldout_drops(self, fit: FitResult, features: list[str] | None = None) -> dict[str, float] | None:
         """Feature -> validation AUC drop of ``fit``'s model with the field swapped for a shuffled
-        replica (``heldout_rows`` sampled rows; None without a validation split)."""
+        replica (``heldout_rows`` sampled rows; None without a validation split), for
+        ``features`` (default every seam field)."""
         from selection.permutation import permutation_drops
 
         if not fit.datamodule.has_split("val"):
             return None
         data = fit.datamodule.sample_rows("val", self.heldout_rows, seed=self.seed)
-        _, drops = permutation_drops(fit.task.model, data, repeats=1, seed=self.seed)
+        _, drops = permutation_drops(fit.task.model, data, repeats=1, seed=self.seed, features=features, group_size=1)
         return {f: float(d[0]) for f, d in drops.items()}
 
     def refuse(self, report: ImportanceReport, fusion: LeAPFusion | str, copies: bool = True) -> ImportanceReport:

@@ -90,3 +90,68 @@ def test_vector_relevance_does_not_grow_with_width() -> None:
     scores = score_raw(RawData(frame, schema, ReadReport("vectors")), OutRankConfig(ranking="relevance", progress=False))
     assert scores.relevance["sig"] > 0.05
     assert abs(scores.relevance["noise"]) < 0.003 and abs(scores.relevance["scalar"]) < 0.003
+
+
+def test_grouped_permutation_drops_isolate_the_fields_that_matter(monkeypatch) -> None:
+    """100 dense fields, 3 in the logit: grouping finds them with exactly their per-field drops,
+    in far fewer passes than fields; the rest share their group's (zero) drop."""
+    import pandas as pd
+    import torch
+    from torch import nn
+
+    from recsys.data.encoders import Preprocessor
+    from recsys.data.schema import FeatureSpec, Schema
+    from recsys.models.base import RankingModel
+    import selection.permutation as perm
+
+    class Linear(RankingModel):
+        def __init__(self, schema: Schema) -> None:
+            super().__init__(schema)
+            self.w = nn.Linear(self.num_dense, 1)
+
+        def interact(self, sparse: dict, dense: torch.Tensor) -> torch.Tensor:
+            return self.w(dense).squeeze(-1)
+
+    rng = np.random.default_rng(0)
+    n, f = 4000, 100
+    x = rng.standard_normal((n, f))
+    coef = np.zeros(f)
+    coef[[7, 42, 88]] = [1.5, -1.0, 0.6]
+    label = (rng.random(n) < 1 / (1 + np.exp(-x @ coef))).astype(int)
+    schema = Schema(tuple(FeatureSpec(f"x{i}", kind="dense") for i in range(f)))
+    frame = pd.DataFrame({f"x{i}": x[:, i] for i in range(f)} | {"label": label})
+    pre = Preprocessor(schema).fit(frame)
+    data = pre.transform(frame)
+    model = Linear(pre.fitted_schema)
+    with torch.no_grad():
+        model.w.weight.copy_(torch.tensor(coef, dtype=torch.float32)[None])
+        model.w.bias.zero_()
+    passes = []
+    auc = perm.binary_auc
+    monkeypatch.setattr(perm, "binary_auc", lambda *a: passes.append(1) or auc(*a))
+    grouped: dict[str, int] = {}
+    base, drops = perm.permutation_drops(model, data, repeats=2, grouped=grouped)  # 100 fields: grouped by default
+    grouped_passes = len(passes)
+    _, alone = perm.permutation_drops(model, data, repeats=2, features=["x7", "x42", "x88", "x3"], group_size=1)
+    for name in ("x7", "x42", "x88"):
+        assert drops[name] == alone[name] and name not in grouped  # reached alone: the same permutations
+    assert sorted(drops, key=lambda k: -np.mean(drops[k]))[:3] == ["x7", "x42", "x88"]
+    assert f - 6 <= len(grouped) <= f - 3 and all(abs(np.mean(drops[k])) < 1e-3 for k in grouped)  # a partner of each signal ends alone
+    assert grouped_passes < 0.5 * 2 * f  # 2 repeats: 200 passes one field at a time
+
+
+def test_leap_measures_held_out_drops_for_a_fixed_budget_of_fields(tiny_recipe, monkeypatch) -> None:  # noqa: ANN001
+    """Beyond the fit, LeAP's default ranking costs at most ``heldout_fields`` evaluation passes:
+    the drops of the fields highest by gate + relevance; the others count as no drop."""
+    import selection.permutation as perm
+    from selection.leap import LeAP
+    from selection.leap_fusion import sum_fusion
+
+    passes = []
+    auc = perm.binary_auc
+    monkeypatch.setattr(perm, "binary_auc", lambda *a: passes.append(1) or auc(*a))
+    report = LeAP(tracking=False, heldout_fields=3).rank(tiny_recipe)
+    gates, relevance, heldout = (report.extras[k] for k in ("gates", "relevance", "heldout"))
+    top = sorted(gates, key=lambda f: -sum_fusion(gates, relevance)[f])[:3]
+    assert report.extras["heldout_fields"] == 3 and len(passes) == 1 + 3  # the base pass and one per field
+    assert {f for f, d in heldout.items() if d != 0.0} <= set(top) and len(gates) > 3
