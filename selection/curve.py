@@ -33,7 +33,7 @@ import numpy as np
 
 from recsys.io import atomic_write_text
 from recsys.train.recipe import Recipe
-from selection.base import RandomRanking
+from selection.base import RandomRanking, feature_widths, trained_schema
 from selection.report import ImportanceReport, _plain
 
 if TYPE_CHECKING:
@@ -95,6 +95,7 @@ class CurvePoint:
     best_val_auc: float = float("nan")
     seconds: float = 0.0
     run_id: str | None = None
+    dims: int = 0  # input dimensions of the kept features (scalar 1, id its embedding dim, vector D)
 
 
 class FitCache:
@@ -184,6 +185,19 @@ class SelectionCurve:
         """The same rule on the test AUCs: reported for reference, never used to choose."""
         return self._smallest("test_auc")
 
+    @property
+    def dims_at_smallest_k(self) -> int | None:
+        """Input dimensions kept at :attr:`smallest_k` (None when no k qualifies)."""
+        k = self.smallest_k
+        return next((p.dims for p in self.points if p.k == k), None) if k is not None else None
+
+    @property
+    def dims_removed_share(self) -> float | None:
+        """Share of the all-features model's input dimensions removed at :attr:`smallest_k`,
+        the k chosen on validation (the LeAP paper's deployment metric)."""
+        kept = self.dims_at_smallest_k
+        return None if kept is None or not self.full.dims else 1.0 - kept / self.full.dims
+
     def _smallest(self, metric: str) -> int | None:
         full = float(getattr(self.full, metric))
         for p in sorted(self.points, key=lambda p: p.k):
@@ -210,11 +224,15 @@ class SelectionCurve:
             "smallest_k_on_test": self.smallest_k_test,
             "tolerance": self.tolerance,
             "n_features": self.full.k,
+            "n_dims": self.full.dims,
+            "dims_at_smallest_k": self.dims_at_smallest_k,
+            "dims_removed_share": self.dims_removed_share,
         }
 
     # -- rendering -----------------------------------------------------------------------------
-    def plot(self, ax: Any = None) -> Figure:
-        """Test AUC vs k: the ranking, each random ranking (grey) and the all-features level."""
+    def plot(self, ax: Any = None, x: str = "k") -> Figure:
+        """Test AUC vs k (``x="dims"``: vs the input dimensions kept): the ranking, each random
+        ranking (grey) and the all-features level."""
         import matplotlib.pyplot as plt
 
         if ax is None:
@@ -222,18 +240,19 @@ class SelectionCurve:
         else:
             fig = ax.figure
         for i, (seed, pts) in enumerate(sorted(self.random.items())):
-            ax.plot([p.k for p in pts], [p.test_auc for p in pts], "-o", color="0.6", markersize=3, linewidth=1,
+            ax.plot([getattr(p, x) for p in pts], [p.test_auc for p in pts], "-o", color="0.6", markersize=3, linewidth=1,
                     label="random rankings" if i == 0 else None)
-        ax.plot([p.k for p in self.points], [p.test_auc for p in self.points], "-o", color="tab:blue",
+        ax.plot([getattr(p, x) for p in self.points], [p.test_auc for p in self.points], "-o", color="tab:blue",
                 label=f"{self.method}, test (AUKC {self.aukc:.4f})")
-        ax.plot([p.k for p in self.points], [p.best_val_auc for p in self.points], "--", color="tab:blue", alpha=0.6,
+        ax.plot([getattr(p, x) for p in self.points], [p.best_val_auc for p in self.points], "--", color="tab:blue", alpha=0.6,
                 label=f"{self.method}, validation (AUKC {self.val_aukc:.4f}; k chosen here)")
         ax.axhline(self.full.test_auc, color="black", linestyle="--", linewidth=0.8, label=f"all {self.full.k} features")
         ax.axhspan(self.full.test_auc - self.tolerance, self.full.test_auc, color="tab:green", alpha=0.12,
                    label=f"within {self.tolerance:g}")
-        if self.smallest_k is not None:
-            ax.axvline(self.smallest_k, color="tab:green", linewidth=0.8)
-        ax.set_xlabel("features kept (k)")
+        chosen = self.smallest_k if x == "k" else self.dims_at_smallest_k
+        if chosen is not None:
+            ax.axvline(chosen, color="tab:green", linewidth=0.8)
+        ax.set_xlabel("features kept (k)" if x == "k" else "input dimensions kept")
         ax.set_ylabel("AUC")
         ax.set_title(f"selection curve: {self.method} on {self.dataset}" + (
             f" (random AUKC {self.random_aukc:.4f})" if self.random else ""), fontsize=10)
@@ -242,13 +261,13 @@ class SelectionCurve:
         return fig
 
     def to_markdown(self) -> str:
-        lines = ["| k | validation AUC | test AUC | test log loss | random test AUC (mean) | features |",
-                 "|---|---|---|---|---|---|"]
+        lines = ["| k | dims | validation AUC | test AUC | test log loss | random test AUC (mean) | features |",
+                 "|---|---|---|---|---|---|---|"]
         rnd = {k: [p.test_auc for pts in self.random.values() for p in pts if p.k == k] for k in self.ks}
         for p in self.points:
             r = f"{np.mean(rnd[p.k]):.4f}" if rnd.get(p.k) else ""
             chosen = " (chosen)" if p.k == self.smallest_k else ""
-            lines.append(f"| {p.k}{chosen} | {p.best_val_auc:.4f} | {p.test_auc:.4f} | {p.test_logloss:.4f} | {r} | "
+            lines.append(f"| {p.k}{chosen} | {p.dims} | {p.best_val_auc:.4f} | {p.test_auc:.4f} | {p.test_logloss:.4f} | {r} | "
                          f"{', '.join(p.features)} |")
         return "\n".join(lines)
 
@@ -344,9 +363,12 @@ def selection_curve(
         jobs += [(f"random{seed}", f"random{seed}-top{k}", k, order.top_k(k)) for k in ks]
     from tqdm.auto import tqdm
 
+    widths = feature_widths(trained_schema(recipe))
     done: dict[str, list[CurvePoint]] = {}
     for group, run_name, _, features in tqdm(jobs, desc=f"selection curve ({report.method})", unit="fit", disable=not progress):
-        done.setdefault(group, []).append(cache.get(recipe, features, run_name, parent, tracking))
+        point = cache.get(recipe, features, run_name, parent, tracking)
+        point.dims = sum(widths.get(f, 1) for f in features)
+        done.setdefault(group, []).append(point)
     full = done["full"][0]
     points = done.get("ranked", [])
     random = {int(seed): done[f"random{seed}"] for seed in random_seeds if f"random{seed}" in done}

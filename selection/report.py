@@ -179,6 +179,33 @@ class ImportanceReport:
             )
         return self.ranking[: int(k)]
 
+    @property
+    def dimensions(self) -> int:
+        """Input dimensions of every ranked feature: Σ width (scalar 1, id its embedding dim,
+        vector D)."""
+        return sum(f.width for f in self.features)
+
+    def dims_of(self, k: int) -> int:
+        """Input dimensions of the top ``k`` features."""
+        return sum(f.width for f in self.features[: int(k)])
+
+    def top_dims(self, budget: int) -> list[str]:
+        """The longest head of the ranking whose input dimensions fit ``budget`` (at least the
+        first feature): selection by dimensions, the deployment metric at width.
+
+        Raises:
+            ValueError: ``budget`` < 1.
+        """
+        if budget < 1:
+            raise ValueError(f"a dimension budget must be >= 1, got {budget}")
+        out, used = [], 0
+        for f in self.features:
+            if out and used + f.width > budget:
+                break
+            out.append(f.feature)
+            used += f.width
+        return out
+
     def to_frame(self) -> pd.DataFrame:
         """One row per ranked feature (rank, feature, score, uncertainty, width, kind, flags)."""
         import pandas as pd

@@ -155,3 +155,28 @@ def test_leap_measures_held_out_drops_for_a_fixed_budget_of_fields(tiny_recipe, 
     top = sorted(gates, key=lambda f: -sum_fusion(gates, relevance)[f])[:3]
     assert report.extras["heldout_fields"] == 3 and len(passes) == 1 + 3  # the base pass and one per field
     assert {f for f, d in heldout.items() if d != 0.0} <= set(top) and len(gates) > 3
+
+
+def test_selection_by_dimensions() -> None:
+    """A report selects by input dimensions; a curve reports the dimensions kept at the k chosen
+    on validation and the share removed."""
+    from selection.curve import CurvePoint, SelectionCurve
+    from selection.report import ImportanceReport
+
+    report = ImportanceReport.from_scores("m", {"vec": 3.0, "id": 2.0, "s1": 1.0, "s2": 0.5},
+                                          widths={"vec": 32, "id": 8, "s1": 1, "s2": 1})
+    assert report.dimensions == 42 and report.dims_of(2) == 40
+    assert report.top_dims(41) == ["vec", "id", "s1"] and report.top_dims(5) == ["vec"]  # the first always fits
+    with pytest.raises(ValueError, match="budget must be >= 1"):
+        report.top_dims(0)
+    full = CurvePoint(4, ["vec", "id", "s1", "s2"], 0.80, 0.4, 0.81, dims=42)
+    points = [CurvePoint(1, ["vec"], 0.70, 0.5, 0.72, dims=32), CurvePoint(2, ["vec", "id"], 0.80, 0.4, 0.8095, dims=40)]
+    curve = SelectionCurve("m", "d", [1, 2], points, full, tolerance=0.001)
+    assert curve.smallest_k == 2 and curve.dims_at_smallest_k == 40
+    assert curve.summary()["dims_removed_share"] == pytest.approx(2 / 42) and curve.summary()["n_dims"] == 42
+    assert "| 2 (chosen) | 40 |" in curve.to_markdown()
+    assert SelectionCurve.from_dict(curve.to_dict()).points[1].dims == 40
+    import matplotlib
+
+    matplotlib.use("Agg")
+    assert curve.plot(x="dims").axes[0].get_xlabel() == "input dimensions kept"
