@@ -259,6 +259,16 @@ def _auto_group(fields: int) -> int:
     return int(2 ** round(math.log2(max(math.sqrt(fields), 2))))
 
 
+def _drops_something(drops: list[float], tolerance: float) -> bool:
+    """Whether a group's drops over the repeats say it matters: the mean is above ``tolerance``
+    and, with two repeats or more, above two standard errors of the repeats (the permutation's
+    own noise: a group of fields that carry nothing drops AUC by chance in single passes)."""
+    mean = float(np.mean(drops))
+    if len(drops) < 2:
+        return mean > tolerance
+    return mean > tolerance and mean > 2.0 * float(np.std(drops, ddof=1)) / math.sqrt(len(drops))
+
+
 def _grouped_drops(
     features: list[str], size: int, repeats: int, tolerance: float, group_drop: Callable[[list[str], int], float],
     seed: int, grouped: dict[str, int] | None,
@@ -267,7 +277,8 @@ def _grouped_drops(
 
     The fields are cut into seeded random groups of ``size``; each group is permuted at once
     (every member by its own permutation, :func:`field_permutation`) and its drop measured over
-    the repeats. A group whose mean drop passes ``tolerance`` is halved and each half measured,
+    the repeats. A group whose drop passes ``tolerance`` and its repeats' noise
+    (:func:`_drops_something`) is halved and each half measured,
     down to single fields; a group that does not is left whole, and each member gets the
     group's drop divided by its size. A field reached alone gets exactly the drops of
     per-field permutation importance (the same permutations). Passes: F / size groups plus
@@ -285,7 +296,7 @@ def _grouped_drops(
         drops = [group_drop(group, r) for r in range(repeats)]
         if len(group) == 1:
             out[group[0]] = drops
-        elif float(np.mean(drops)) > tolerance:
+        elif _drops_something(drops, tolerance):
             half = len(group) // 2
             pending.extend([group[half:], group[:half]])
         else:

@@ -23,4 +23,5 @@ BENCHMARKS: dict[str, str] = {
     "pipeline": "pipeline",
     "scale": "scale",
     "compress": "compress",
+    "wide": "wide",
 }

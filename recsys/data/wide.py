@@ -224,7 +224,7 @@ def wide_plan(config: WideConfig) -> WidePlan:
         return f
 
     def id_card() -> int:
-        return int(round(10 ** rng.uniform(1.0, 4.3)))  # 10 .. 20k values
+        return int(round(10 ** rng.uniform(1.0, 3.5)))  # 10 .. 3k values: learnable from tens of thousands of rows
 
     # signals: ids 35%, common scalars 20%, rare scalars 15%, vectors the rest
     n_ids, n_common, n_rare = round(0.35 * n_sig), round(0.2 * n_sig), round(0.15 * n_sig)

@@ -1,0 +1,215 @@
+"""The wide benchmark's verdicts, markdown table and plot (see :mod:`experiments.benchmarks.wide`)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from experiments.benchmarks._common import hardware_text
+from recsys.io import atomic_savefig, atomic_write_text
+
+__all__ = ["render", "save"]
+
+
+def _status(row: dict[str, Any]) -> str:
+    if row.get("error"):
+        return "FAILED: " + row["error"].splitlines()[0][:120]
+    if row.get("refused"):
+        return "refused: " + row["refused"][:160]
+    return "completed"
+
+
+def _met(ok: bool | None) -> str:
+    return "n/a" if ok is None else ("met" if ok else "NOT met")
+
+
+def verdicts(result: dict[str, Any]) -> dict[str, Any]:
+    """Each target of issue 37 against the measured numbers (None: not measured in this result)."""
+    out: dict[str, Any] = {}
+    rank = result.get("rank", {})
+    top = rank.get("5000", {})
+    if top:
+        rows = {m: r for m, r in top.items() if m != "fit"}
+        failed = {m: _status(r) for m, r in rows.items() if r.get("error")}
+        out["every_selector_at_5000"] = {"met": not failed, "failed": failed,
+                                         "refused": {m: r["refused"] for m, r in rows.items() if r.get("refused")}}
+        leap = rows.get("leap", {})
+        if "recall" in leap:
+            out["leap_recall_at_5000"] = {"value": leap["recall"], "met": leap["recall"] >= 0.95}
+        if leap.get("cost_runs") is not None:
+            out["leap_cost_runs_at_5000"] = {"value": leap["cost_runs"], "met": leap["cost_runs"] <= 1.5}
+    io = result.get("io", {})
+    rss = {}
+    if io.get("5000"):
+        rss.update({k: io["5000"][k]["peak_rss_mb"] for k in ("quality", "outrank")})
+    if top:
+        rss.update({k: top[k].get("peak_rss_mb") for k in ("fit", "leap") if k in top})
+    if rss:
+        out["peak_rss_at_5000"] = {"mb": rss, "met": all(v is not None and v < 8 * 1024 for v in rss.values())}
+    ratio = io.get("outrank_full_vs_relevance", {}).get("ratio_median")
+    if ratio is not None:
+        out["outrank_full_vs_relevance_at_1000"] = {"value": ratio, "met": ratio <= 2.0}
+    profile = result.get("throughput", {}).get("profile")
+    if profile:
+        share = profile["per_feature_overhead_share"]
+        out["per_feature_overhead_share"] = {"value": share, "features": profile["features"], "met": share <= 0.25}
+    curves = result.get("curves", {}).get("methods", {})
+    if curves:
+        removed = {m: c.get("dims_removed_share") for m, c in curves.items()}
+        no_loss = {m: c.get("no_loss") for m, c in curves.items()}
+        leap = removed.get("leap")
+        gates = [removed[m] for m in curves if m in ("autofield", "adafs", "lpfs", "optfs") and no_loss.get(m) and removed[m]]
+        best_gate = max(gates) if gates else None
+        others = [removed[m] for m in curves if m != "leap" and no_loss.get(m) and removed[m] is not None]
+        out["leap_dims_removed"] = {
+            "leap": leap, "leap_no_loss": no_loss.get("leap"), "best_gate_baseline": best_gate,
+            "ratio_to_best_gate": (leap / best_gate) if leap and best_gate else None,
+            "most_of_all": bool(leap is not None and no_loss.get("leap") and all(leap >= v for v in others)),
+            "met": bool(leap and no_loss.get("leap") and (best_gate is None or leap >= 2 * best_gate)
+                        and all(leap >= v for v in others)),
+        }
+    pipe = result.get("pipeline")
+    if pipe and "screening_kept_pair" in pipe:
+        out["pipeline_keeps_the_pair"] = {"met": bool(pipe["screening_kept_pair"])}
+    return out
+
+
+def _rank_table(rank: dict[str, Any]) -> list[str]:
+    lines = []
+    for width, rows in sorted(rank.items(), key=lambda kv: int(kv[0])):
+        fit = rows.get("fit", {})
+        lines += [f"### F = {width}", "",
+                  f"One plain training run (the cost unit): {fit.get('seconds', float('nan')):.0f} s, test AUC "
+                  f"{fit.get('test_auc') or float('nan'):.4f}, peak RSS {fit.get('peak_rss_mb', float('nan')):.0f} MB"
+                  + (f" ({_status(fit)})" if fit.get("error") else "") + ".", "",
+                  "| selector | recall@|signal| | copies demoted | cost (s) | cost (training runs) | peak RSS (MB) | status |",
+                  "|---|---|---|---|---|---|---|"]
+        for m, r in rows.items():
+            if m == "fit":
+                continue
+            rec = f"{r['recall']:.2f}" if "recall" in r else ""
+            runs = f"{r['cost_runs']:.2f}" if r.get("cost_runs") is not None else ""
+            cost = f"{r['cost_seconds']:.0f}" if r.get("cost_seconds") is not None else f"{r.get('wall_seconds', 0):.0f}"
+            lines.append(f"| {m} | {rec} | {'yes' if r.get('copies_demoted') else ('no' if 'recall' in r else '')} | {cost} | "
+                         f"{runs} | {r.get('peak_rss_mb', float('nan')):.0f} | {_status(r)} |")
+            for fusion, a in (r.get("ablations") or {}).items():
+                lines.append(f"| leap[fusion={fusion}] (same fit) | {a['recall']:.2f} | {'yes' if a['copies_demoted'] else 'no'} "
+                             f"| | | | ablation |")
+        lines.append("")
+    return lines
+
+
+def render(result: dict[str, Any]) -> dict[str, Any]:
+    v = verdicts(result)
+    lines = [
+        "# Wide benchmark: thousands of heterogeneous, mostly-default features",
+        "",
+        f"Command: `{result.get('command', '')}`  ",
+        f"Date: {result.get('date', '')}; hardware: {hardware_text(result['hardware']) if 'hardware' in result else ''}; "
+        f"rows: {result.get('rows')} (the wide generator, `recsys.data.wide`)." + (" QUICK RUN: not a result." if result.get("quick") else ""),
+        "",
+        "## Targets",
+        "",
+        "| target | result | verdict |",
+        "|---|---|---|",
+    ]
+    for name, t in v.items():
+        shown = {k: val for k, val in t.items() if k != "met"}
+        lines.append(f"| {name} | {json.dumps(shown, default=lambda x: round(x, 4) if isinstance(x, float) else str(x))[:300]} "
+                     f"| {_met(t.get('met'))} |")
+    if result.get("rank"):
+        lines += ["", "## Rankings (seed 0)", "", *_rank_table(result["rank"])]
+    io = result.get("io")
+    if io:
+        lines += ["## Raw files", "", "| F | command | seconds | peak RSS (MB) |", "|---|---|---|---|"]
+        for width, rows in io.items():
+            if width == "outrank_full_vs_relevance":
+                continue
+            for cmd, r in rows.items():
+                lines.append(f"| {width} | {cmd} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} |" + (" failed" if r.get("exit") else ""))
+        o = io.get("outrank_full_vs_relevance")
+        if o:
+            lines += ["", f"OutRank full ranking vs relevance alone ({o['features']}, {o['rows']} rows, alternating runs): "
+                          f"median ratio {o['ratio_median']:.2f} (ratios {', '.join(f'{x:.2f}' for x in o['ratios'])}).", ""]
+    tp = result.get("throughput")
+    if tp:
+        lines += ["## Training throughput", "", f"Batch {tp['batch_size']}, the wide DCNv2 (low-rank cross network), "
+                  "random batches, kernels interleaved; median samples/s.", "",
+                  "| F | tables | dense columns | input dims | train GFLOP/sample | fused | plain | fused/plain |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for width, r in tp["per_width"].items():
+            lines.append(f"| {width} | {r['tables']} | {r['dense_columns']} | {r['input_dims']} | {r['train_flops'] / 1e9:.3f} | "
+                         f"{r['median']['fused']:.0f} | {r['median']['plain']:.0f} | {r['fused_vs_plain']:.2f} |")
+        p = tp.get("profile")
+        if p:
+            ops = ", ".join(f"{k} {1e3 * s:.1f} ms" for k, s in p["op_seconds"].items())
+            lines += ["", f"Profile at F = {p['features']} ({p['backbone']}, fused kernel): step {1e3 * p['step_seconds']:.1f} ms "
+                      f"(op time: {ops}), building the batch {1e3 * p['batching_seconds']:.1f} ms; the dense arch's arithmetic is "
+                      f"{p['dense_arith_share']:.0%}, the per-feature overhead {p['per_feature_overhead_share']:.0%}.", ""]
+    curves = result.get("curves")
+    if curves:
+        lines += [f"## Selection curves (F = {curves['features']}, ks {curves['ks']}, k chosen on validation)", "",
+                  "| selector | dims removed (share, mean over seeds) | test AUC change at the chosen k | verdict |",
+                  "|---|---|---|---|"]
+        for m, c in curves["methods"].items():
+            share, change, se = c.get("dims_removed_share"), c.get("test_auc_change"), c.get("test_auc_change_se")
+            shown_share = "" if share is None else f"{share:.3f}"
+            shown_change = "" if change is None else f"{change:+.4f} +/- {se if se is not None else float('nan'):.4f}"
+            lines.append(f"| {m} | {shown_share} | {shown_change} | {c.get('verdict', c.get('loss', ''))} |")
+        lines.append("")
+    pipe = result.get("pipeline")
+    if pipe:
+        lines += ["## Pipeline (F = 1,000)", "", f"Exit {pipe.get('exit')} in {pipe.get('seconds', 0):.0f} s; screening kept "
+                  f"{pipe.get('screening_kept')} features, dropped {pipe.get('screening_dropped')}, kept the pair "
+                  f"{pipe.get('pair')}: {pipe.get('screening_kept_pair')}.", ""]
+        if pipe.get("error"):
+            lines += ["```", pipe["error"][-800:], "```", ""]
+    return {"markdown": "\n".join(lines) + "\n", "verdicts": v}
+
+
+def save(result: dict[str, Any], folder: Path, quick: bool) -> None:
+    from recsys.io import atomic_write_json
+
+    stem = "wide_quick" if quick else "wide"
+    folder.mkdir(parents=True, exist_ok=True)
+    atomic_write_json(folder / f"{stem}.json", result)
+    atomic_write_text(folder / f"{stem}.md", render(result)["markdown"])
+    _plot(result, folder / f"{stem}.png")
+
+
+def _plot(result: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    tp = result.get("throughput", {}).get("per_width", {})
+    if tp:
+        widths = sorted(tp, key=int)
+        for kernel in ("fused", "plain"):
+            axes[0].plot([int(w) for w in widths], [tp[w]["median"][kernel] for w in widths], "-o", label=kernel)
+        axes[0].set_xscale("log")
+        axes[0].set_xlabel("features F")
+        axes[0].set_ylabel("training samples/s")
+        axes[0].set_title("throughput against width", fontsize=10)
+        axes[0].legend(fontsize=8)
+    curves = result.get("curves", {}).get("methods", {})
+    for m, c in curves.items():
+        run = next((r for r in c.get("runs", []) if r.get("curve")), None)
+        if run is None:
+            continue
+        pts = sorted(run["curve"]["points"], key=lambda p: p["dims"])
+        axes[1].plot([p["dims"] for p in pts], [p["test_auc"] for p in pts], "-o", markersize=3, label=m)
+        full = run["curve"]["full"]
+        axes[1].axhline(full["test_auc"], color="black", linestyle="--", linewidth=0.6)
+    if curves:
+        axes[1].set_xscale("log")
+        axes[1].set_xlabel("input dimensions kept")
+        axes[1].set_ylabel("test AUC")
+        axes[1].set_title("selection curves in dimensions (seed 0)", fontsize=10)
+        axes[1].legend(fontsize=7)
+    fig.tight_layout()
+    atomic_savefig(fig, path)
+    plt.close(fig)
