@@ -83,7 +83,7 @@ def dump_artifact(data: Mapping[str, Any], fmt: str, allow_nan: bool = False, ro
     if fmt == "yaml":
         import yaml
 
-        return yaml.safe_dump(dict(data), sort_keys=False)
+        return yaml.dump(dict(data), Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), sort_keys=False)
     if fmt != "json":
         raise ValueError(f"artifact format must be 'json' or 'yaml', got {fmt!r}")
     if rows_key is None:
@@ -154,7 +154,7 @@ def read_artifact(
         import yaml
 
         try:
-            data = yaml.safe_load(text)
+            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: a wide schema in ms
         except yaml.YAMLError as e:  # its message names the line and column
             raise error(f"{not_one} (invalid YAML: {e})") from e
     else:

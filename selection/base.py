@@ -25,9 +25,14 @@ if TYPE_CHECKING:
     from selection.outrank_scoring import OutRankScores
 
 __all__ = [
-    "ImportanceMethod", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage",
+    "ImportanceMethod", "WidthRefusal", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage",
     "screen_memorisable", "trained_schema", "training_relevance", "with_memorisable_demoted",
 ]
+
+class WidthRefusal(ValueError):
+    """A method refuses a ranking at once because of its cost at this width; the message names
+    the cost (what it would take) and what to use instead."""
+
 
 class ImportanceMethod(Registered, ABC):
     """Ranks the features of a recipe.

@@ -539,11 +539,12 @@ class LeAP(ImportanceMethod):
         controller_every: training steps between two validation gate steps.
         fusion: how the final gates are combined with OutRank's relevance on the training rows
             (the leakage screen computes it anyway) and the held-out drops
-            (:mod:`selection.leap_fusion`): ``relevance_heldout`` (relevance + drop, each on
-            [0, 1], the gates breaking ties; the highest validation AUKC of the fusions on
-            Criteo, MovieLens and Frappe, issue 17 note), ``heldout`` (gate + relevance + drop),
-            ``sum`` (gate + relevance), ``product``, ``borda``, ``drop`` or ``none`` (the gates
-            alone).
+            (:mod:`selection.leap_fusion`): ``auto`` (the default: ``relevance_heldout`` up to
+            ``heldout_fields`` fields, ``sum`` beyond, so the ranking costs no pass per field at
+            width), ``relevance_heldout`` (relevance + drop, each on [0, 1], the gates breaking
+            ties; the highest validation AUKC of the fusions on Criteo, MovieLens and Frappe,
+            issue 17 note), ``heldout`` (gate + relevance + drop), ``sum`` (gate + relevance),
+            ``product``, ``borda``, ``drop`` or ``none`` (the gates alone).
         heldout_rows: [INF] rows of the validation split (a seeded uniform sample) on which the
             LeAP-trained model, its seam the identity, scores each field swapped for a shuffled
             replica (:func:`~selection.permutation.permutation_drops`, one repeat): one
@@ -585,7 +586,7 @@ class LeAP(ImportanceMethod):
     leakage_threshold: float = 0.9
     gate_data: LeAPGateData = LeAPGateData.TRAIN
     controller_every: int = 1
-    fusion: LeAPFusion = LeAPFusion.RELEVANCE_HELDOUT
+    fusion: LeAPFusion = LeAPFusion.AUTO
     heldout_rows: int = 500_000
     heldout_fields: int | None = 64
     copy_threshold: float = 0.9
@@ -615,11 +616,19 @@ class LeAP(ImportanceMethod):
             },
         }
 
+    def resolved_fusion(self, fields: int) -> LeAPFusion:
+        """The fusion a ranking of ``fields`` seam fields uses (``auto`` resolved)."""
+        if self.fusion is not LeAPFusion.AUTO:
+            return self.fusion
+        small = self.heldout_fields is None or fields <= self.heldout_fields
+        return LeAPFusion.RELEVANCE_HELDOUT if small and self.heldout_rows > 0 else LeAPFusion.SUM
+
     def rank(self, recipe: Recipe, run_name: str = "leap", parent_run_id: str | None = None) -> ImportanceReport:
         start = time.perf_counter()
-        fused = self.fusion is not LeAPFusion.NONE
-        if self.fusion.reads_heldout and not recipe.datamodule.has_split("val"):
-            raise ValueError(f"fusion {self.fusion.value!r} reads drops on the validation split, and the "
+        fusion = self.resolved_fusion(len(recipe.schema.names))
+        fused = fusion is not LeAPFusion.NONE
+        if fusion.reads_heldout and not recipe.datamodule.has_split("val"):
+            raise ValueError(f"fusion {fusion.value!r} reads drops on the validation split, and the "
                              "recipe's data has none (split.val = 0): give it one or pick fusion='sum'")
         relevance = training_relevance(recipe) if self.leakage_threshold > 0 or fused else None
         leaks = screen_leakage(recipe, self.leakage_threshold, relevance) if self.leakage_threshold > 0 else {}
@@ -642,17 +651,20 @@ class LeAP(ImportanceMethod):
             "fit_seconds": fit.seconds,
         }
         heldout = None
-        if fused and self.heldout_rows > 0:
-            gates = seam.gate_dict(final=True)
+        gates = seam.gate_dict(final=True)
+        # the drops: when the fusion reads them, or when they are cheap (every field within budget)
+        if fused and self.heldout_rows > 0 and (
+                fusion.reads_heldout or self.heldout_fields is None or len(gates) <= self.heldout_fields):
             candidates = None
             if self.heldout_fields is not None and len(gates) > self.heldout_fields:
                 first = sum_fusion(gates, relevance.relevance if relevance is not None else {})
                 candidates = sorted(gates, key=lambda f: -first[f])[: self.heldout_fields]
             heldout = self.heldout_drops(fit, candidates)
             extras["heldout_fields"] = len(gates) if candidates is None else len(candidates)
+        extras["fusion"] = fusion.value
         report = self.report(
             seam, schema, cost_seconds=time.perf_counter() - start, dataset=recipe.dataset_name, extras=extras,
-            relevance=relevance.relevance if fused and relevance is not None else None, heldout=heldout,
+            relevance=relevance.relevance if fused and relevance is not None else None, heldout=heldout, fusion=fusion,
         )
         report.excluded.update({f: f"{reason} (trained without it)" for f, reason in leaks.items()})
         if self.copy_threshold > 0:
@@ -720,10 +732,12 @@ class LeAP(ImportanceMethod):
         extras: dict[str, Any] | None = None,
         relevance: dict[str, float] | None = None,
         heldout: dict[str, float] | None = None,
+        fusion: LeAPFusion | None = None,
     ) -> ImportanceReport:
         """The report of a trained :class:`LeAPSeam` (features of ``schema`` not at the seam are
         listed as excluded); with ``relevance`` (feature -> OutRank relevance) and ``heldout``
-        (feature -> held-out AUC drop), ranked by ``fuse(gates, relevance, self.fusion, heldout)``."""
+        (feature -> held-out AUC drop), ranked by ``fuse(gates, relevance, fusion, heldout)``
+        (``fusion``: default this method's)."""
         gates = seam.gate_dict(final=True)
         widths = feature_widths(schema)
         removed = [f for f, s in gates.items() if s < self.threshold]
@@ -746,7 +760,7 @@ class LeAP(ImportanceMethod):
             out["heldout"] = {f: float(heldout.get(f, 0.0)) for f in gates}
         return ImportanceReport.from_scores(
             self.name,
-            fuse(gates, relevance, self.fusion, heldout) if relevance is not None else gates,
+            fuse(gates, relevance, fusion or self.fusion, heldout) if relevance is not None else gates,
             widths={f: widths.get(f, 1) for f in gates},
             kinds={f.name: f.kind.value for f in schema.features},
             flags=flags,

@@ -198,7 +198,8 @@ class ImportanceReport:
         """
         if budget < 1:
             raise ValueError(f"a dimension budget must be >= 1, got {budget}")
-        out, used = [], 0
+        out: list[str] = []
+        used = 0
         for f in self.features:
             if out and used + f.width > budget:
                 break

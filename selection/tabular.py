@@ -158,10 +158,27 @@ class ShallowMethod(ImportanceMethod):
     seed: int = 0
     leakage_threshold: float = 0.9
     id_screen: bool = True
+    max_seconds: float | None = 3600.0
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:
             raise ValueError(f"{type(self).__name__}.max_rows must be >= 1, got {self.max_rows}")
+
+    def estimated_seconds(self, rows: int, columns: int) -> float | None:
+        """The fit's time on ``rows`` x ``columns`` codes, where it grows fast enough with the
+        width to be refused (None: no estimate, never refused)."""
+        return None
+
+    def check_cost(self, rows: int, columns: int) -> None:
+        """Refuse at once (:class:`~selection.base.WidthRefusal`) a fit estimated past ``max_seconds``."""
+        from selection.base import WidthRefusal
+
+        seconds = self.estimated_seconds(rows, columns)
+        if seconds is not None and self.max_seconds is not None and seconds > self.max_seconds:
+            raise WidthRefusal(
+                f"{self.name}: fitting {rows:,} rows x {columns:,} columns would take about {seconds / 60:,.0f} min "
+                f"(> max_seconds={self.max_seconds:g}); use lightgbm (histogram trees), fewer rows (max_rows) or "
+                "fewer features, or raise max_seconds")
 
     @abstractmethod
     def fit_scores(self, train: FieldTable, val: FieldTable | None) -> tuple[dict[str, float], Any]:
@@ -179,6 +196,7 @@ class ShallowMethod(ImportanceMethod):
         schema = recipe.schema
         kept = schema.view(drop_features=sorted(leaks)) if leaks else schema
         train = field_table(dm.sample_rows("train", self.max_rows, seed=self.seed), kept)
+        self.check_cost(len(train), train.codes.shape[1])
         val = field_table(dm.sample_rows("val", self.max_rows, seed=self.seed), kept) if dm.has_split("val") else None
         scores, model = self.fit_scores(train, val)
         val_auc = binary_auc(self.predict(model, val), val.labels) if val is not None and len(np.unique(val.labels)) == 2 else None

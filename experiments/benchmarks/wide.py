@@ -65,8 +65,9 @@ TARGETS: dict[str, Any] = {
 GATE_BASELINES = ("autofield", "adafs", "lpfs", "optfs")
 #: the selectors with selection curves
 CURVE_METHODS = ("leap", *GATE_BASELINES, "outrank")
-#: LeAP's fusions re-ranked from its own fit (ablation rows)
-LEAP_ABLATIONS = ("none", "sum", "heldout")
+#: LeAP's fusions re-ranked from its own fit (ablation rows; those reading held-out drops only
+#: where the fit measured them: up to 64 fields)
+LEAP_ABLATIONS = ("none", "sum", "relevance_heldout", "heldout")
 
 
 # -- data and recipe -----------------------------------------------------------------------------
@@ -136,6 +137,7 @@ def planted_metrics(ranking: list[str], truth: Any) -> dict[str, Any]:
 def _worker(args: argparse.Namespace) -> int:
     from recsys.data.wide import WideTruth
     from recsys.train.recipe import Recipe
+    from selection.base import WidthRefusal
 
     path = Path(args.data)
     work = Path(args.workdir)
@@ -160,10 +162,11 @@ def _worker(args: argparse.Namespace) -> int:
                        dims=report.dimensions, excluded=report.excluded)
             report.save(work / "report.json")
             if args.method == "leap":
+                fusions = [f for f in LEAP_ABLATIONS if f in ("none", "sum") or "heldout" in report.extras]
                 out["ablations"] = {fusion: planted_metrics(method.refuse(report, fusion).ranking, truth)
-                                    for fusion in LEAP_ABLATIONS}
-                out["heldout_fields"] = report.extras.get("heldout_fields")
-    except ValueError as e:  # a selector that refuses the width names its cost
+                                    for fusion in fusions}
+                out.update(heldout_fields=report.extras.get("heldout_fields"), fusion=report.extras.get("fusion"))
+    except WidthRefusal as e:  # a selector that refuses the width names its cost
         out.update(refused=str(e).splitlines()[0][:400], seconds=time.perf_counter() - t0)
     out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     atomic_write_text(Path(args.out), json.dumps(out, indent=1, default=str))

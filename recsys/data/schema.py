@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
+from functools import cached_property
 from enum import Enum, unique
 from numbers import Integral, Real
 from pathlib import Path
@@ -214,46 +215,63 @@ class Schema:
         if self.label in set(columns):
             raise SchemaError(f"label column {self.label!r} is also a column of a vector feature")
 
-    # -- views ---------------------------------------------------------------------------
+    # -- views (computed once: a schema of thousands of features is read in loops) ---------------
+    @cached_property
+    def _views(self) -> dict[str, Any]:
+        sparse = tuple(f for f in self.features if f.is_sparse)
+        dense = tuple(f for f in self.features if not f.is_sparse)
+        return {
+            "sparse": sparse,
+            "dense": dense,
+            "names": tuple(f.name for f in self.features),
+            "sparse_names": tuple(f.name for f in sparse),
+            "dense_names": tuple(f.name for f in dense),
+            "dense_widths": tuple(f.width for f in dense),
+            "dense_columns": tuple(c for f in dense for c in f.columns),
+            "columns": tuple(c for f in self.features for c in f.columns),
+            "index": {f.name: f for f in self.features},
+        }
+
     @property
     def sparse(self) -> tuple[FeatureSpec, ...]:
-        return tuple(f for f in self.features if f.is_sparse)
+        return self._views["sparse"]
 
     @property
     def dense(self) -> tuple[FeatureSpec, ...]:
-        return tuple(f for f in self.features if not f.is_sparse)
+        """The dense features: scalars and vectors, in schema order."""
+        return self._views["dense"]
 
     @property
     def sparse_names(self) -> list[str]:
-        return [f.name for f in self.sparse]
+        return list(self._views["sparse_names"])
 
     @property
     def dense_names(self) -> list[str]:
-        return [f.name for f in self.dense]
+        return list(self._views["dense_names"])
 
     @property
     def names(self) -> list[str]:
-        return [f.name for f in self.features]
+        return list(self._views["names"])
 
     @property
     def dense_widths(self) -> list[int]:
         """Columns each dense feature takes in the dense tensor (1 for a scalar, D for a vector)."""
-        return [f.width for f in self.dense]
+        return list(self._views["dense_widths"])
 
     @property
     def dense_width(self) -> int:
         """Columns of the dense tensor, D_dense."""
-        return sum(self.dense_widths)
+        return sum(self._views["dense_widths"])
 
     @property
     def dense_columns(self) -> list[str]:
         """The raw columns of the dense features, in the dense tensor's column order."""
-        return [c for f in self.dense for c in f.columns]
+        return list(self._views["dense_columns"])
 
     @property
     def columns(self) -> list[str]:
         """Every raw column the features read (a vector's D columns), schema order."""
-        return [c for f in self.features for c in f.columns]
+        return list(self._views["columns"])
 
     @property
     def vectors(self) -> tuple[FeatureSpec, ...]:
@@ -265,10 +283,10 @@ class Schema:
         return sum(f.width for f in self.features)
 
     def __getitem__(self, name: str) -> FeatureSpec:
-        for f in self.features:
-            if f.name == name:
-                return f
-        raise SchemaError(f"unknown feature {name!r}; available: {self.names}")
+        spec = self._views["index"].get(name)
+        if spec is None:
+            raise SchemaError(f"unknown feature {name!r}; available: {self.names}")
+        return spec
 
     def __len__(self) -> int:
         return len(self.features)
@@ -318,7 +336,8 @@ class Schema:
         return self.with_dims({f.name: dim for f in self.sparse})
 
     def check_columns(self, names: Iterable[str], what: str = "features") -> None:
-        missing = [n for n in names if n not in self.names]
+        known = self._views["index"]
+        missing = [n for n in names if n not in known]
         if missing:
             raise SchemaError(f"{what} {missing} are not in the data; available columns: {self.names}")
 

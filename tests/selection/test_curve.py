@@ -51,7 +51,7 @@ def test_curve_summary_plot_and_round_trip(tmp_path: Path) -> None:
     assert back.summary() == s
     c.points[0].best_val_auc = float("nan")  # strict JSON: NaN stored as null, read back as NaN
     assert np.isnan(SelectionCurve.load(c.save(tmp_path / "n.json")).points[0].best_val_auc)
-    assert "| 2 (chosen) | 0.7400 | 0.7000 |" in c.to_markdown()
+    assert "| 2 (chosen) | 0 | 0.7400 | 0.7000 |" in c.to_markdown()
     c.points[1].best_val_auc = c.points[2].best_val_auc = float("nan")
     assert c.smallest_k is None  # no validation AUC: nothing is chosen (never the test split)
 

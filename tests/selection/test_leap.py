@@ -460,7 +460,11 @@ def test_borda_fusion_averages_the_two_ranks_and_breaks_ties_by_the_gate() -> No
     assert fused["b"] == pytest.approx(2 - 0.5 - 1 / 12)
     tie = borda_fusion({"a": 0.9, "b": 0.8}, {"b": 1.0})  # rank sums 1 and 1; "a" has no relevance (0)
     assert tie["a"] > tie["b"] and tie["a"] - tie["b"] < 0.5
-    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.RELEVANCE_HELDOUT
+    assert LeAP(fusion="none").fusion is LeAPFusion.NONE and LeAP().fusion is LeAPFusion.AUTO
+    # auto: the held-out drops up to heldout_fields fields (one pass each), gate + relevance beyond
+    assert LeAP().resolved_fusion(64) is LeAPFusion.RELEVANCE_HELDOUT and LeAP().resolved_fusion(65) is LeAPFusion.SUM
+    assert LeAP(heldout_fields=None).resolved_fusion(5000) is LeAPFusion.RELEVANCE_HELDOUT
+    assert LeAP(fusion="heldout").resolved_fusion(5000) is LeAPFusion.HELDOUT
     with pytest.raises(ValueError):
         LeAP(fusion="rank")
     product = product_fusion(gates, {"a": 0.0, "b": 0.5, "c": 0.4})  # relevance ranks b0 c1 a2 of F = 3

@@ -475,6 +475,16 @@ def parse_numbers(cells: pd.Series, integer: bool = False) -> tuple[np.ndarray, 
     return x, bad
 
 
+def _with_columns(frame: pd.DataFrame, columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """``frame`` with ``columns`` replaced: one frame built at once (assigning thousands of
+    columns one by one splits the frame's blocks each time)."""
+    if not columns:
+        return frame
+    if len(columns) < 64:
+        return frame.assign(**columns)
+    return pd.DataFrame({c: columns[c] if c in columns else frame[c] for c in frame.columns}, index=frame.index)
+
+
 def to_float(
     frame: pd.DataFrame,
     columns: Iterable[str],
@@ -511,6 +521,8 @@ def to_float(
     bad_any = np.zeros(len(frame), dtype=bool)
     first_bad: tuple[int, str, str] | None = None
     for col in columns:
+        if not integer and frame[col].dtype == np.float64:  # already numbers (Parquet): nothing to parse
+            continue
         x, bad = parse_numbers(frame[col], integer=integer)
         if bad.any():
             pos = int(np.argmax(bad))
@@ -518,7 +530,7 @@ def to_float(
                 first_bad = (pos, col, str(frame[col].iloc[pos]))
             bad_any |= bad
         converted[col] = x
-    out = frame.assign(**converted)
+    out = _with_columns(frame, converted)
     if not bad_any.any():
         return out
     if not skip_bad_rows:

@@ -1,0 +1,25 @@
+"""The wide benchmark's smoke run (its numbers mean nothing): every part but the pipeline (which
+tests/experiments/test_pipeline.py runs end to end) on a tiny wide dataset, two selectors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from experiments.benchmarks import wide
+
+
+def test_wide_benchmark_quick(tmp_path: Path) -> None:
+    out = tmp_path / "results"
+    assert wide.main(["--quick", "--parts", "rank,io,throughput,curves", "--methods", "leap,outrank",
+                      "--root", str(tmp_path / "root"), "--output-dir", str(out)]) == 0
+    result = json.loads((out / "wide_quick.json").read_text())
+    rank = result["rank"]["100"]
+    assert rank["fit"]["seconds"] > 0 and set(rank) == {"fit", "leap", "outrank"}
+    for m in ("leap", "outrank"):
+        assert 0.0 <= rank[m]["recall"] <= 1.0 and rank[m]["peak_rss_mb"] > 0 and "error" not in rank[m]
+    assert set(rank["leap"]["ablations"]) == {"none", "sum"} and rank["leap"]["fusion"] == "sum"  # F = 100 > 64 fields
+    assert result["io"]["100"]["quality"]["exit"] == 0 and result["io"]["outrank_full_vs_relevance"]["ratios"]
+    assert result["throughput"]["profile"]["per_feature_overhead_share"] > 0
+    assert set(result["curves"]["methods"]) == set(wide.CURVE_METHODS)
+    assert (out / "wide_quick.md").read_text().startswith("# Wide benchmark") and (out / "wide_quick.png").exists()
