@@ -154,7 +154,11 @@ def read_artifact(
         import yaml
 
         try:
-            data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # libyaml: a wide schema in ms
+            loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(text)  # libyaml's safe loader: a wide schema in ms
+            try:
+                data = loader.get_single_data()
+            finally:
+                loader.dispose()
         except yaml.YAMLError as e:  # its message names the line and column
             raise error(f"{not_one} (invalid YAML: {e})") from e
     else:
