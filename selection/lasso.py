@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from recsys.data.schema import Schema
 from selection.tabular import FieldTable, ShallowMethod
 
 __all__ = ["LassoImportance"]
@@ -36,6 +37,10 @@ class LassoImportance(ShallowMethod):
     name: ClassVar[str] = "lasso"
     C: float = 0.1
     max_ids: int = 10_000
+
+    def row_bytes(self, schema: Schema) -> int:
+        """The one-hot matrix's row: 12 bytes per non-zero (CSR value and index), every dense column one."""
+        return 12 * (len(schema.sparse) + schema.dense_width) + super().row_bytes(schema)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -51,7 +51,9 @@ from recsys.metrics import binary_auc
 from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
-from selection.base import ImportanceMethod, feature_widths, screen_leakage, screen_memorisable, trained_schema
+from selection.base import (
+    ImportanceMethod, WidthRefusal, feature_widths, screen_leakage, screen_memorisable, trained_schema,
+)
 from selection.report import ImportanceReport
 
 __all__ = [
@@ -206,6 +208,7 @@ def permutation_drops(
     group_size: int | None = None,
     tolerance: float = 1e-4,
     grouped: dict[str, int] | None = None,
+    max_seconds: float | None = None,
 ) -> tuple[float, dict[str, list[float]]]:
     """Per-repeat AUC drops of every seam field: ``(base_auc, {field: [R drops]})``.
 
@@ -213,6 +216,9 @@ def permutation_drops(
     :data:`GROUP_FROM` fields (or ``group_size`` > 1) the fields are permuted in groups
     (:func:`_grouped_drops`): far fewer passes than fields where most fields carry nothing.
     ``grouped``, when given, receives each field whose drop is its group's share -> the group's size.
+    ``max_seconds``: refuse (:class:`~selection.base.WidthRefusal`) right after the unpermuted
+    pass when the passes it would take (at most ``repeats`` x (groups x (1 + 2 log2 size)) when
+    grouped, ``repeats`` x F otherwise) at that pass's time exceed it.
     """
     if repeats < 1:
         raise ValueError(f"repeats must be >= 1, got {repeats}")
@@ -227,7 +233,9 @@ def permutation_drops(
     model.eval()
     try:
         sparse, dense, labels = _sparse_arch_outputs(model, data, batch_size, device)
+        t0 = time.perf_counter()
         base = binary_auc(_scores(model, sparse, dense, batch_size), labels)
+        pass_seconds = time.perf_counter() - t0
         n = dense.size(0)
 
         def group_drop(group: list[str], r: int) -> float:
@@ -244,6 +252,15 @@ def permutation_drops(
             return base - binary_auc(_scores(model, moved, shuffled, batch_size), labels)
 
         size = group_size if group_size is not None else (1 if len(features) <= GROUP_FROM else _auto_group(len(features)))
+        if max_seconds is not None:
+            groups = math.ceil(len(features) / max(size, 1))
+            passes = repeats * (len(features) if size <= 1 else groups * (1 + 2 * math.log2(size)))
+            if passes * pass_seconds > max_seconds:
+                raise WidthRefusal(
+                    f"permutation: up to {passes:,.0f} evaluation passes of {pass_seconds:.2f} s each "
+                    f"(~{passes * pass_seconds / 3600:.1f} h > max_seconds={max_seconds:g}) for {len(features):,} fields "
+                    f"on {n:,} rows; LeAP ranks them in one training run, or lower repeats or max_rows, "
+                    "or raise max_seconds")
         if size <= 1:
             drops = {f: [group_drop([f], r) for r in range(repeats)] for f in features}
         else:
@@ -374,6 +391,8 @@ class PermutationImportance(ImportanceMethod):
             to :data:`GROUP_FROM` fields, about sqrt(F) beyond; 1: always alone). See
             :func:`_grouped_drops` for what grouping keeps exact.
         tolerance: a group whose mean AUC drop is above this is split further.
+        max_seconds: refuse, right after the first evaluation pass, a ranking whose passes would
+            take longer than this (the message names the estimate); None: never.
 
     The report: score = mean AUC drop, uncertainty = its std over the repeats, width = seam
     width, flag ``within_noise`` when the mean drop is not above two standard errors (and
@@ -394,6 +413,7 @@ class PermutationImportance(ImportanceMethod):
     id_screen: bool = True
     group_size: int | None = None
     tolerance: float = 1e-4
+    max_seconds: float | None = 3600.0
 
     def __post_init__(self) -> None:
         split: str = self.split  # options from a plain dict may hold any string
@@ -464,7 +484,8 @@ class PermutationImportance(ImportanceMethod):
         start = time.perf_counter()
         grouped: dict[str, int] = {}
         base, drops = permutation_drops(model, data, repeats=self.repeats, seed=self.seed, batch_size=self.batch_size,
-                                        group_size=self.group_size, tolerance=self.tolerance, grouped=grouped)
+                                        group_size=self.group_size, tolerance=self.tolerance, grouped=grouped,
+                                        max_seconds=self.max_seconds)
         mean = {f: float(np.mean(d)) for f, d in drops.items()}
         std = {f: float(np.std(d)) for f, d in drops.items()}
         eval_seconds = time.perf_counter() - start

@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from abc import abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -147,7 +147,8 @@ class ShallowMethod(ImportanceMethod):
     """Base of the selectors that fit a classic model on the encoded training rows.
 
     Args:
-        max_rows: training rows sampled (seeded, uniform; every row when the split has no more).
+        max_rows: training rows sampled (seeded, uniform; every row when the split has no more;
+            fewer at width, where the model's input would pass ``max_bytes``, 2 GB).
         seed: seed of the row sample and of the model.
         leakage_threshold: as in the model-based methods (0 turns the screen off).
         id_screen: rank ID-like features with no signal beyond chance on the training rows
@@ -163,6 +164,17 @@ class ShallowMethod(ImportanceMethod):
     def __post_init__(self) -> None:
         if self.max_rows < 1:
             raise ValueError(f"{type(self).__name__}.max_rows must be >= 1, got {self.max_rows}")
+
+    #: bytes the model's input may take: the row sample shrinks below ``max_rows`` at width
+    max_bytes: ClassVar[int] = 2 << 30
+
+    def row_bytes(self, schema: Schema) -> int:
+        """Bytes one sampled row takes as the model's input (the codes: 4 per column)."""
+        return 4 * (len(schema.sparse) + schema.dense_width)
+
+    def sample_size(self, schema: Schema) -> int:
+        """Rows sampled: ``max_rows``, or fewer where their input would pass :attr:`max_bytes`."""
+        return max(1000, min(self.max_rows, self.max_bytes // max(self.row_bytes(schema), 1)))
 
     def estimated_seconds(self, rows: int, columns: int) -> float | None:
         """The fit's time on ``rows`` x ``columns`` codes, where it grows fast enough with the
@@ -195,9 +207,10 @@ class ShallowMethod(ImportanceMethod):
         dm = recipe.datamodule
         schema = recipe.schema
         kept = schema.view(drop_features=sorted(leaks)) if leaks else schema
-        train = field_table(dm.sample_rows("train", self.max_rows, seed=self.seed), kept)
+        rows = self.sample_size(kept)
+        train = field_table(dm.sample_rows("train", rows, seed=self.seed), kept)
         self.check_cost(len(train), train.codes.shape[1])
-        val = field_table(dm.sample_rows("val", self.max_rows, seed=self.seed), kept) if dm.has_split("val") else None
+        val = field_table(dm.sample_rows("val", rows, seed=self.seed), kept) if dm.has_split("val") else None
         scores, model = self.fit_scores(train, val)
         val_auc = binary_auc(self.predict(model, val), val.labels) if val is not None and len(np.unique(val.labels)) == 2 else None
         return method_report(self, recipe, scores, start,

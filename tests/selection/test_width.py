@@ -190,3 +190,11 @@ def test_a_selector_too_costly_for_the_width_refuses_at_once_naming_its_cost(tin
     assert method.estimated_seconds(40_000, 12_750) > 3600  # the F = 5,000 wide layout: hours of exact splits
     with pytest.raises(WidthRefusal, match=r"gbdt: fitting [\d,]+ rows x \d+ columns would take about .* min .*lightgbm"):
         method.rank(tiny_recipe)
+
+
+def test_permutation_refuses_a_width_whose_passes_would_take_too_long(tiny_recipe) -> None:  # noqa: ANN001
+    from selection.base import WidthRefusal
+    from selection.permutation import PermutationImportance
+
+    with pytest.raises(WidthRefusal, match=r"permutation: up to [\d,]+ evaluation passes of .* s each .*LeAP ranks them"):
+        PermutationImportance(max_seconds=1e-6, tracking=False, repeats=2).rank(tiny_recipe)
