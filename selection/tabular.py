@@ -153,13 +153,15 @@ class ShallowMethod(ImportanceMethod):
         leakage_threshold: as in the model-based methods (0 turns the screen off).
         id_screen: rank ID-like features with no signal beyond chance on the training rows
             after all the others (:func:`~selection.base.screen_memorisable`).
+        max_seconds: refuse at once a fit estimated past this (half an hour; None: never), for
+            the models whose cost grows fast with the width (:meth:`estimated_seconds`).
     """
 
     max_rows: int = 200_000
     seed: int = 0
     leakage_threshold: float = 0.9
     id_screen: bool = True
-    max_seconds: float | None = 3600.0
+    max_seconds: float | None = 1800.0
 
     def __post_init__(self) -> None:
         if self.max_rows < 1:

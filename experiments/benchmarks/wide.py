@@ -344,6 +344,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=".cache/wide-bench", help="data, shards and work folders")
     parser.add_argument("--output-dir", default=str(RESULTS))
     parser.add_argument("--merge", action="store_true", help="keep the parts of the committed result this run does not redo")
+    parser.add_argument("--merge-from", default="", help="result files of runs of other parts (comma-separated, "
+                        "e.g. parts run side by side with their own --output-dir) merged into this one")
     parser.add_argument("--quick", action="store_true")
     # the worker's own arguments
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -370,9 +372,13 @@ def main(argv: list[str] | None = None) -> int:
     result.update(result_header("wide", argv, args.quick, TARGETS))
     result["rows"] = rows
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else _selectors()
+    for other in filter(None, args.merge_from.split(",")):
+        _merge_parts(result, json.loads(Path(other).read_text()))
     if "rank" in parts:
         ranked = part_rank(root, widths, rows, methods, args.epochs, args.quick, args.timeout)
-        result["rank"] = {**result.get("rank", {}), **ranked} if args.merge else ranked
+        if not args.merge:
+            result.pop("rank", None)
+        _merge_parts(result, {"rank": ranked})
     if "io" in parts:
         result["io"] = part_io(root, widths, rows, args.io_rows, args.timeout, 1 if args.quick else 3)
     if "throughput" in parts:
@@ -386,6 +392,19 @@ def main(argv: list[str] | None = None) -> int:
     save(result, Path(args.output_dir), quick=args.quick)
     print(render(result)["markdown"])
     return 0
+
+
+def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
+    """``other``'s parts into ``result``: rankings per width and selector, the rest whole."""
+    for part in PARTS:
+        if part not in other:
+            continue
+        if part == "rank":
+            kept = result.setdefault("rank", {})
+            for width, rows in other["rank"].items():
+                kept[width] = {**kept.get(width, {}), **rows}
+        else:
+            result[part] = other[part]
 
 
 def _selectors() -> list[str]:

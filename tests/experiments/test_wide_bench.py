@@ -23,3 +23,12 @@ def test_wide_benchmark_quick(tmp_path: Path) -> None:
     assert result["throughput"]["profile"]["per_feature_overhead_share"] > 0
     assert set(result["curves"]["methods"]) == set(wide.CURVE_METHODS)
     assert (out / "wide_quick.md").read_text().startswith("# Wide benchmark") and (out / "wide_quick.png").exists()
+
+
+def test_parts_run_apart_merge_per_width_and_selector() -> None:
+    result = {"rank": {"100": {"fit": {"seconds": 1.0}, "leap": {"recall": 0.5}}}, "io": {"old": 1}}
+    wide._merge_parts(result, {"rank": {"100": {"leap": {"recall": 0.9}}, "5000": {"lasso": {"refused": "x"}}},
+                               "curves": {"features": 1000}, "unrelated": 1})
+    assert result["rank"]["100"] == {"fit": {"seconds": 1.0}, "leap": {"recall": 0.9}}
+    assert result["rank"]["5000"] == {"lasso": {"refused": "x"}}
+    assert result["io"] == {"old": 1} and result["curves"] == {"features": 1000} and "unrelated" not in result
