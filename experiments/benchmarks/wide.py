@@ -17,7 +17,8 @@ the wide DCNv2 takes minutes on 2 cores, and the selection curves need dozens). 
    in for its source), whether copies are demoted (no copied pair has both members in the top),
    the ranking's cost in seconds and in multiples of one plain training run of the same recipe
    (run in its own process at the same width, just before), peak RSS, or the refusal's message.
-   LeAP's other fusions re-rank its fit for free (ablation rows).
+   LeAP's other fusions re-rank its fit for free (ablation rows); LeAP's bi-level mode (the
+   authors' code: gates stepped on validation batches) is a row of its own.
 2. **io**: ``salience quality`` and ``salience rank --method outrank`` on the raw Parquet file
    of each width (peak RSS), and at F = 1,000 and ``--io-rows`` (200,000) rows OutRank's full
    ranking against its relevance alone (alternating runs, median).
@@ -109,13 +110,24 @@ def wide_config(path: Path, cache: Path, epochs: int, quick: bool = False) -> di
     }
 
 
-def _method(name: str, seed: int, quick: bool) -> Any:
+#: the rank part's extra rows: a selector with options (``name:key=value``), e.g. LeAP's bi-level mode
+VARIANTS = ("leap:gate_data=validation",)
+
+
+def _method(spec: str, seed: int, quick: bool) -> Any:
+    """A selector from ``name`` or ``name:key=value,...`` (options as YAML scalars)."""
+    import yaml
+
     from selection import get_method
 
+    name, _, extra = spec.partition(":")
     probe = get_method(name)
     options = {k: v for k, v in {"seed": seed, "tracking": False, "progress": False}.items() if hasattr(probe, k)}
     if name == "permutation":
         options["repeats"] = 2 if quick else 5
+    for item in filter(None, extra.split(",")):
+        key, _, value = item.partition("=")
+        options[key] = yaml.safe_load(value)
     return get_method(name, **options)
 
 
@@ -161,7 +173,7 @@ def _worker(args: argparse.Namespace) -> int:
                        fit_seconds=report.extras.get("fit_seconds"), **planted_metrics(report.ranking, truth),
                        dims=report.dimensions, excluded=report.excluded)
             report.save(work / "report.json")
-            if args.method == "leap":
+            if args.method.partition(":")[0] == "leap":
                 fusions = [f for f in LEAP_ABLATIONS if f in ("none", "sum") or "heldout" in report.extras]
                 out["ablations"] = {fusion: planted_metrics(method.refuse(report, fusion).ranking, truth)
                                     for fusion in fusions}
@@ -187,7 +199,7 @@ def _curve(recipe: Any, report_path: Path, ks: str, truth: Any) -> dict[str, Any
 def run_worker(root: Path, data: Path, method: str, *, seed: int = 0, epochs: int, quick: bool, timeout: int,
                report: Path | None = None, ks: str = "") -> dict[str, Any]:
     """One worker process; its JSON, or the error that ended it (a kill for memory shows as such)."""
-    work = root / "work" / f"{data.stem}-{method}-{seed}"
+    work = root / "work" / f"{data.stem}-{method.replace(':', '-').replace('=', '-').replace(',', '-')}-{seed}"
     work.mkdir(parents=True, exist_ok=True)
     out = work / "result.json"
     out.unlink(missing_ok=True)
@@ -410,7 +422,7 @@ def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
 def _selectors() -> list[str]:
     from selection import method_names
 
-    return [n for n in method_names() if n != "random"]
+    return [*(n for n in method_names() if n != "random"), *VARIANTS]
 
 
 if __name__ == "__main__":
