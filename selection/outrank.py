@@ -147,6 +147,9 @@ class OutRank(OutRankConfig, ImportanceMethod):
     Args:
         minibatch_size (int): rows per mini-batch (the package's default 2^14). Scores are
             computed per batch and aggregated by the median.
+        max_batch_bytes (int | None): fewer rows per mini-batch where ``minibatch_size`` parsed
+            rows would pass this (1 GiB: about 8,600 rows at 5,000 features, 12,750 columns;
+            unchanged below ~2,000 columns); None: always ``minibatch_size``.
         subsampling (int): keep every ``subsampling``-th row. The package defaults to 10
             because it streams huge files line by line; our data is already in memory, so 1.
         max_rows (int | None): when set, score a seeded random subset of at most this many rows

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from recsys.data.raw import RawData
+from recsys.data.schema import Schema
 from selection.column_codes import EncodedColumn, encode_column, encode_feature, label_codes
 from selection.mutual_info import NullModel, distinct_count, factorize, outrank_score, pair_codes, plain_mi, rotation_significance
 
@@ -82,6 +83,7 @@ class OutRankConfig:
     :class:`selection.outrank.OutRank`, the importance method built on them)."""
 
     minibatch_size: int = 2**14
+    max_batch_bytes: int | None = 1 << 30
     subsampling: int = 1
     max_rows: int | None = None
     dense_bins: int | None = 32
@@ -116,11 +118,20 @@ class OutRankConfig:
         for name, low in (("minibatch_size", 2), ("subsampling", 1), ("null_rotations", 1), ("max_classes", 2)):
             if getattr(self, name) < low:
                 raise ValueError(f"OutRank: {name} must be >= {low}, got {getattr(self, name)}")
-        for name, low in (("max_rows", 2), ("dense_bins", 2), ("target_bins", 2), ("pair_batches", 1), ("pair_features", 2)):
+        for name, low in (("max_batch_bytes", 1), ("max_rows", 2), ("dense_bins", 2), ("target_bins", 2), ("pair_batches", 1), ("pair_features", 2)):
             if getattr(self, name) is not None and getattr(self, name) < low:
                 raise ValueError(f"OutRank: {name} must be >= {low} or None, got {getattr(self, name)}")
         if not 0.0 < self.leakage_threshold <= 1.0:
             raise ValueError(f"OutRank: leakage_threshold must be in (0, 1], got {self.leakage_threshold}")
+
+    def batch_rows(self, schema: Schema) -> int:
+        """Rows per mini-batch: ``minibatch_size``, or fewer where a batch of ``schema``'s parsed
+        rows would pass ``max_batch_bytes`` (at thousands of columns; never below 256 rows)."""
+        from recsys.data.chunking import parsed_row_bytes, rows_within
+
+        if self.max_batch_bytes is None:
+            return self.minibatch_size
+        return min(self.minibatch_size, rows_within(self.max_batch_bytes, parsed_row_bytes(schema), self.minibatch_size))
 
     def describe(self) -> dict[str, Any]:
         return {k: (v.value if isinstance(v, Enum) else v) for k, v in asdict(self).items()}
@@ -522,7 +533,7 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
     specs = raw.schema.features
     cols = [encode_feature(raw.frame, s, method.dense_bins, rows) for s in specs]
     n = len(rows)
-    batches = _batches(n, method.minibatch_size)
+    batches = _batches(n, method.batch_rows(raw.schema))
 
     constant = {c.name for c in cols if len(np.unique(c.codes)) <= 1}
     all_missing = {c.name for c in cols if c.missing.all()}

@@ -427,7 +427,7 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
         raise ValueError(error)
     specs = list(schema.features)
     names = [s.name for s in specs]
-    batches = _batches(plan.n, method.minibatch_size)
+    batches = _batches(plan.n, method.batch_rows(schema))
     pair_ids = _pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
     acc = BatchScores(method, names, [f for f in names if f not in plan.pair_excluded], pair_ids)
     missing = dict.fromkeys(names, 0)

@@ -33,12 +33,18 @@ from selection.outrank_stream import DEFAULT_EDGE_SAMPLE, ChunkSource, score_str
 from selection.quality import FeatureQuality, QualityReport, _value_counts, quality_row, with_scores
 from selection.sketch import HyperLogLog, MisraGries
 
-__all__ = ["TOP_K", "FeatureProfile", "data_quality_stream"]
+__all__ = ["EXACT_COUNT_ENTRIES", "TOP_K", "FeatureProfile", "data_quality_stream"]
 
 #: heavy-hitter counters of a sketched feature
 TOP_K = 1024
 #: pending chunk counts are merged once they hold this many entries (or the merged counts' size)
 _MERGE_MIN = 1 << 16
+#: exact value counts held over all features at once (merged and pending entries; about 16 bytes
+#: each, a few times that while pandas merges them): past it the features with the most distinct
+#: values switch to sketches, largest first, until half of it is left. Memory then stays bounded
+#: at any width: at most this many exact entries plus one sketch per feature (16 KiB of
+#: HyperLogLog registers and TOP_K heavy-hitter counters).
+EXACT_COUNT_ENTRIES = 1 << 24
 
 
 class FeatureProfile:
@@ -80,6 +86,18 @@ class FeatureProfile:
         if self.pending_size > max(_MERGE_MIN, 0 if self.merged is None else len(self.merged)):
             self._merge()
 
+    @property
+    def entries(self) -> int:
+        """Exact value-count entries held (0 once sketched)."""
+        return 0 if self.hll is not None else self.pending_size + (0 if self.merged is None else len(self.merged))
+
+    def sketch_now(self) -> None:
+        """Switch to sketches with every value counted so far."""
+        if self.hll is None:
+            self._merge()
+        if self.hll is None:
+            self._to_sketch()
+
     def _merge(self) -> None:
         parts = ([] if self.merged is None else [self.merged]) + self.pending
         if parts:  # groupby(sort=False) keeps the values in order of first appearance
@@ -109,13 +127,15 @@ class FeatureProfile:
 class _Profile:
     """Every feature's :class:`FeatureProfile` and the label counts."""
 
-    def __init__(self, sketch: bool, sketch_threshold: int | None, seed: int) -> None:
+    def __init__(self, sketch: bool, sketch_threshold: int | None, seed: int, budget: int = EXACT_COUNT_ENTRIES) -> None:
         self.options = (sketch, sketch_threshold, seed)
+        self.budget = budget
         self.schema: Schema | None = None
         self.source = ""
         self.features: list[FeatureProfile] = []
         self.labels: pd.Series | None = None
         self.rows = 0
+        self.sketched_for_memory: list[str] = []
 
     def add(self, chunk: RawData) -> None:
         if self.schema is None:
@@ -126,6 +146,19 @@ class _Profile:
         counts = chunk.frame[chunk.schema.label].value_counts(dropna=False)
         self.labels = counts if self.labels is None else self.labels.add(counts, fill_value=0)
         self.rows += len(chunk.frame)
+        self._within_budget()
+
+    def _within_budget(self) -> None:
+        """Sketch the features with the most exact entries while all of them pass the budget."""
+        held = sum(p.entries for p in self.features)
+        if held <= self.budget:
+            return
+        for p in sorted(self.features, key=lambda p: -p.entries):  # stable: feature order breaks ties
+            if held <= self.budget // 2 or not p.entries:
+                break
+            held -= p.entries
+            p.sketch_now()
+            self.sketched_for_memory.append(p.spec.name)
 
 
 def data_quality_stream(
@@ -135,6 +168,7 @@ def data_quality_stream(
     score: bool = True,
     sketch: bool = False,
     sketch_threshold: int | None = None,
+    exact_entries: int = EXACT_COUNT_ENTRIES,
     edge_sample: int = DEFAULT_EDGE_SAMPLE,
     progress: bool = True,
     notes: dict[str, Any] | None = None,
@@ -148,11 +182,14 @@ def data_quality_stream(
         score: run the OutRank scoring at all.
         sketch: count every feature with sketches (bounded memory, approximate counts).
         sketch_threshold: sketch a feature once it has this many distinct values.
+        exact_entries: exact value counts held over all features at once; past it the features
+            with the most distinct values are sketched (:data:`EXACT_COUNT_ENTRIES`: memory stays
+            bounded at any width; ``notes["sketched_for_memory"]`` counts them).
         edge_sample: rows of the sample OutRank's dense bin edges come from.
         progress: show rows and rows/s of each pass.
         notes: recorded in ``report.notes`` (how the data was read).
     """
-    profile = _Profile(sketch, sketch_threshold, 0)
+    profile = _Profile(sketch, sketch_threshold, 0, exact_entries)
     method = outrank or OutRank(ranking=Ranking.RELEVANCE, progress=False)
     survey = None
     if score:
@@ -167,6 +204,10 @@ def data_quality_stream(
     if profile.schema is None or profile.labels is None:
         raise DataError("no data rows")
     rows = [p.result() for p in profile.features]
+    profile.features = []  # the counts are in the rows: free them before the scoring pass
+    if profile.sketched_for_memory:
+        notes = {**(notes or {}), "sketched_for_memory": len(profile.sketched_for_memory),
+                 "exact_count_entries": profile.budget}
     scoring: dict[str, Any] | None = None
     error: str | None = None
     if survey is not None:

@@ -115,7 +115,7 @@ def iter_raw_chunks(
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        file = pq.ParquetFile(resolved)
+        file = pq.ParquetFile(resolved, pre_buffer=False)
         rows = rows or _rows_for_columns(len(file.schema_arrow.names))
         frames: Iterator[pd.DataFrame] = (b.to_pandas() for b in file.iter_batches(batch_size=rows))
         first = 1

@@ -267,6 +267,8 @@ def part_io(root: Path, widths: list[int], rows: int, io_rows: int, timeout: int
                                  timeout),
         }
         print(f"io F={f}: {out[str(f)]}", flush=True)
+    if 1000 not in widths and (len(widths) > 1 or widths[0] > 1000):
+        return out  # the full-vs-relevance timing is at F = 1,000 (or the one narrow width asked for)
     data = data_file(root, 1000 if 1000 in widths else widths[0], io_rows)
     args = [str(data), "--schema", str(_companion(data, ".schema.yaml")), "--label", "click", "--no-progress"]
     times: dict[str, list[float]] = {"relevance": [], "combined": []}
@@ -392,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
             result.pop("rank", None)
         _merge_parts(result, {"rank": ranked})
     if "io" in parts:
-        result["io"] = part_io(root, widths, rows, args.io_rows, args.timeout, 1 if args.quick else 3)
+        if not args.merge:
+            result.pop("io", None)
+        _merge_parts(result, {"io": part_io(root, widths, rows, args.io_rows, args.timeout, 1 if args.quick else 3)})
     if "throughput" in parts:
         result["throughput"] = part_throughput(widths, 3 if args.quick else 8, 1 if args.quick else 5, 512)
     if "curves" in parts:
@@ -415,6 +419,8 @@ def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
             kept = result.setdefault("rank", {})
             for width, rows in other["rank"].items():
                 kept[width] = {**kept.get(width, {}), **rows}
+        elif part == "io":  # per width (and the full-vs-relevance timing)
+            result["io"] = {**result.get("io", {}), **other["io"]}
         else:
             result[part] = other[part]
 

@@ -92,6 +92,14 @@ def test_batches_cross_chunk_boundaries_and_trailing_rule() -> None:
         streamed = score_stream(_chunks(raw, rows), config, progress=False)
         _assert_same(score_raw(raw, config), streamed)
     assert streamed.batches == 5 and streamed.rows_scored == 9_500
+    # at width the batches shrink to max_batch_bytes of parsed rows, the same in memory and streamed
+    from recsys.data.chunking import parsed_row_bytes
+
+    narrow = OutRankConfig(progress=False, ranking="relevance", max_batch_bytes=1024 * parsed_row_bytes(raw.schema))
+    assert narrow.batch_rows(raw.schema) == 1024 and OutRankConfig().batch_rows(raw.schema) == 2**14
+    streamed = score_stream(_chunks(raw, 997), narrow, progress=False)
+    _assert_same(score_raw(raw, narrow), streamed)
+    assert streamed.batches == 9
 
 
 def test_edge_sample_smaller_than_the_data_bins_from_the_sample() -> None:
@@ -229,3 +237,20 @@ def test_cli_quality_streams_files_like_in_memory(tmp_cwd: Path, capsys: pytest.
     assert ranked["features"][0]["feature"] == "useful"
     with pytest.raises(SystemExit):
         main(["rank", "--method", "permutation", "d.csv"])
+
+
+def test_exact_counts_stay_within_their_budget_at_width() -> None:
+    # the budget sketches the features with the most distinct values first; the rest stay exact
+    raw = _synthetic()
+    exact = data_quality_stream(_chunks(raw), score=False, progress=False)
+    budget = 5000
+    bounded = data_quality_stream(_chunks(raw), score=False, exact_entries=budget, progress=False)
+    sketched = {f.feature for f in bounded.features if f.approximate}
+    assert "impression_id" in sketched and bounded.notes["sketched_for_memory"] == len(sketched)
+    for f in exact.features:
+        if f.feature in sketched:
+            assert abs(bounded[f.feature].cardinality / max(f.cardinality, 1) - 1) < 0.05
+        else:
+            assert bounded[f.feature] == f
+    assert {"signal", "const"} - sketched == {"signal", "const"}  # few distinct values: exact
+    assert "sketched_for_memory" not in exact.notes

@@ -211,7 +211,7 @@ class TabularReader(Reader):
 
         source = str(path)
         try:
-            file = pq.ParquetFile(path)
+            file = pq.ParquetFile(path, pre_buffer=False)  # column chunks read as decoded, not a whole row group ahead
             available = list(file.schema_arrow.names)
         except Exception as e:  # pyarrow raises several types for a non-parquet file
             raise DataError(f"{source}: not a readable Parquet file ({e})") from e
