@@ -303,8 +303,11 @@ def quality_main(argv: Sequence[str]) -> int:
                         help="count every feature with sketches: HyperLogLog cardinality, Misra-Gries top value "
                         "(bounded memory, approximate; no rare-value counts)")
     parser.add_argument("--sketch-threshold", type=int, default=None, metavar="N",
-                        help="sketch a feature once it has N distinct values (default: exact counts, whose memory "
-                        "grows with the distinct values)")
+                        help="sketch a feature once it has N distinct values (default: exact counts until all "
+                        "features together hold --exact-entries)")
+    parser.add_argument("--exact-entries", type=int, default=None, metavar="N",
+                        help="exact value counts held over all features at once (default 8,388,608, about 1 GB); "
+                        "past it the features with the most distinct values are sketched")
     parser.add_argument("--output", default=None, help="also write the report as JSON here")
     own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
@@ -329,6 +332,7 @@ def quality_main(argv: Sequence[str]) -> int:
 
         reports = [
             data_quality_stream(source, sketch=args.sketch, sketch_threshold=args.sketch_threshold,
+                                **({} if args.exact_entries is None else {"exact_entries": args.exact_entries}),
                                 edge_sample=args.edge_sample, progress=not args.no_progress, notes=notes)
             for _, source, notes in _sources(args)
         ]

@@ -39,12 +39,12 @@ __all__ = ["EXACT_COUNT_ENTRIES", "TOP_K", "FeatureProfile", "data_quality_strea
 TOP_K = 1024
 #: pending chunk counts are merged once they hold this many entries (or the merged counts' size)
 _MERGE_MIN = 1 << 16
-#: exact value counts held over all features at once (merged and pending entries; about 16 bytes
-#: each, a few times that while pandas merges them): past it the features with the most distinct
-#: values switch to sketches, largest first, until half of it is left. Memory then stays bounded
-#: at any width: at most this many exact entries plus one sketch per feature (16 KiB of
-#: HyperLogLog registers and TOP_K heavy-hitter counters).
-EXACT_COUNT_ENTRIES = 1 << 24
+#: exact value counts held over all features at once (merged and pending entries; 16 bytes each
+#: for numbers, ~100 for string ids, more while pandas merges them: about 1 GB): past it the
+#: features with the most distinct values switch to sketches, largest first, until half of it is
+#: left. Memory then stays bounded at any width: at most this many exact entries plus one sketch
+#: per feature (16 KiB of HyperLogLog registers and TOP_K heavy-hitter counters).
+EXACT_COUNT_ENTRIES = 1 << 23
 
 
 class FeatureProfile:
