@@ -73,7 +73,11 @@ def verdicts(result: dict[str, Any]) -> dict[str, Any]:
         }
     pipe = result.get("pipeline")
     if pipe and "screening_kept_pair" in pipe:
-        out["pipeline_keeps_the_pair"] = {"met": bool(pipe["screening_kept_pair"])}
+        kept = (pipe.get("selection") or {}).get("kept") or []
+        out["pipeline_keeps_the_pair"] = {
+            "screening_dropped": pipe.get("screening_dropped"), "selection_kept_pair": all(f in kept for f in pipe["pair"]),
+            **({"note": "met trivially: screening dropped nothing"} if pipe.get("screening_dropped") == 0 else {}),
+            "met": bool(pipe["screening_kept_pair"])}
     return out
 
 
@@ -154,19 +158,32 @@ def render(result: dict[str, Any]) -> dict[str, Any]:
     curves = result.get("curves")
     if curves:
         lines += [f"## Selection curves (F = {curves['features']}, ks {curves['ks']}, k chosen on validation)", "",
-                  "| selector | dims removed (share, mean over seeds) | test AUC change at the chosen k | verdict |",
-                  "|---|---|---|---|"]
+                  "| selector | recall@|signal| (per seed) | ranking cost (s) | dims removed (share, mean over seeds) | "
+                  "test AUC change at the chosen k | verdict |",
+                  "|---|---|---|---|---|---|"]
         for m, c in curves["methods"].items():
             share, change, se = c.get("dims_removed_share"), c.get("test_auc_change"), c.get("test_auc_change_se")
             shown_share = "" if share is None else f"{share:.3f}"
             shown_change = "" if change is None else f"{change:+.4f} +/- {se if se is not None else float('nan'):.4f}"
-            lines.append(f"| {m} | {shown_share} | {shown_change} | {c.get('verdict', c.get('loss', ''))} |")
+            ranked = [r.get("ranking", {}) for r in c.get("runs", [])]
+            recall = ", ".join(f"{r['recall']:.2f}" for r in ranked if "recall" in r)
+            cost = ", ".join(f"{r['cost_seconds']:.0f}" for r in ranked if r.get("cost_seconds") is not None)
+            lines.append(f"| {m} | {recall} | {cost} | {shown_share} | {shown_change} | {c.get('verdict', c.get('loss', ''))} |")
         lines.append("")
     pipe = result.get("pipeline")
     if pipe:
         lines += ["## Pipeline (F = 1,000)", "", f"Exit {pipe.get('exit')} in {pipe.get('seconds', 0):.0f} s; screening kept "
                   f"{pipe.get('screening_kept')} features, dropped {pipe.get('screening_dropped')}, kept the pair "
                   f"{pipe.get('pair')}: {pipe.get('screening_kept_pair')}.", ""]
+        cmp = pipe.get("compare") or {}
+        if cmp.get("original") and cmp.get("final"):
+            o, f = cmp["original"], cmp["final"]
+            kept = (pipe.get("selection") or {}).get("kept") or []
+            lines += [f"The final model keeps {f['n_features']} of {o['n_features']} features (the pair "
+                      f"{'kept' if all(x in kept for x in pipe['pair']) else 'not kept'} by LeAP's selection at k = "
+                      f"{(pipe.get('selection') or {}).get('k')}): test AUC {f['test_auc']:.4f} against the original's "
+                      f"{o['test_auc']:.4f} (one run each), exported {f['export_bytes'] / 1e6:.1f} MB against "
+                      f"{o['export_bytes'] / 1e6:.1f} MB.", ""]
         if pipe.get("error"):
             lines += ["```", pipe["error"][-800:], "```", ""]
     return {"markdown": "\n".join(lines) + "\n", "verdicts": v}
