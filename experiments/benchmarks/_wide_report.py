@@ -17,7 +17,7 @@ def _status(row: dict[str, Any]) -> str:
         return "FAILED: " + row["error"].splitlines()[0][:120]
     if row.get("refused"):
         return "refused: " + row["refused"][:160]
-    return "completed"
+    return "completed (the curves part's seed-0 ranking)" if row.get("from_curves") else "completed"
 
 
 def _met(ok: bool | None) -> str:

@@ -404,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                                        args.epochs, args.quick, args.timeout)
     if "pipeline" in parts:
         result["pipeline"] = part_pipeline(root, rows, args.epochs, args.quick, args.timeout)
+    _rank_from_curves(result)
     result["verdicts"] = render(result)["verdicts"]
     save(result, Path(args.output_dir), quick=args.quick)
     print(render(result)["markdown"])
@@ -423,6 +424,25 @@ def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
             result["io"] = {**result.get("io", {}), **other["io"]}
         else:
             result[part] = other[part]
+
+
+def _rank_from_curves(result: dict[str, Any]) -> None:
+    """The curves part's seed-0 rankings (the same worker, seed and recipe as the rank part's)
+    fill the rank table's rows its own run did not make, marked ``from_curves``."""
+    curves = result.get("curves") or {}
+    width = str(curves.get("features", ""))
+    rows = result.get("rank", {}).get(width)
+    if rows is None:
+        return
+    for m, c in curves.get("methods", {}).items():
+        first = next((r["ranking"] for r in c.get("runs", []) if r.get("ranking", {}).get("seed") == 0), None)
+        if m in rows or first is None:
+            continue
+        row = {**first, "from_curves": True}
+        fit = rows.get("fit", {})
+        if fit.get("seconds") and row.get("cost_seconds") is not None:
+            row["cost_runs"] = row["cost_seconds"] / fit["seconds"]
+        rows[m] = row
 
 
 def _selectors() -> list[str]:

@@ -32,3 +32,13 @@ def test_parts_run_apart_merge_per_width_and_selector() -> None:
     assert result["rank"]["100"] == {"fit": {"seconds": 1.0}, "leap": {"recall": 0.9}}
     assert result["rank"]["5000"] == {"lasso": {"refused": "x"}}
     assert result["io"] == {"old": 1} and result["curves"] == {"features": 1000} and "unrelated" not in result
+
+
+def test_curve_rankings_fill_the_rank_table() -> None:
+    ranking = {"method": "leap", "seed": 0, "recall": 0.9, "cost_seconds": 30.0}
+    result = {"rank": {"1000": {"fit": {"seconds": 20.0}, "lasso": {"recall": 0.5}}},
+              "curves": {"features": 1000, "methods": {"leap": {"runs": [{"ranking": ranking}, {"ranking": {**ranking, "seed": 1}}]},
+                                                       "lasso": {"runs": [{"ranking": {**ranking, "method": "lasso"}}]}}}}
+    wide._rank_from_curves(result)
+    rows = result["rank"]["1000"]
+    assert rows["leap"]["from_curves"] and rows["leap"]["cost_runs"] == 1.5 and rows["lasso"] == {"recall": 0.5}
