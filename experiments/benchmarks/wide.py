@@ -225,11 +225,15 @@ def run_worker(root: Path, data: Path, method: str, *, seed: int = 0, epochs: in
 
 # -- parts ---------------------------------------------------------------------------------------
 def part_rank(root: Path, widths: list[int], rows: int, methods: list[str], epochs: int, quick: bool,
-              timeout: int) -> dict[str, Any]:
+              timeout: int, reuse_fit: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in widths:
         data = data_file(root, f, rows)
-        fit = run_worker(root, data, "fit", epochs=epochs, quick=quick, timeout=timeout)
+        done = root / "work" / f"{data.stem}-fit-0" / "result.json"
+        if reuse_fit and done.exists():  # the plain fit of an earlier run of this width (the cost unit)
+            fit = {**json.loads(done.read_text()), "reused": True}
+        else:
+            fit = run_worker(root, data, "fit", epochs=epochs, quick=quick, timeout=timeout)
         rows_f: dict[str, Any] = {"fit": fit}
         for m in methods:
             r = run_worker(root, data, m, epochs=epochs, quick=quick, timeout=timeout)
@@ -360,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--merge", action="store_true", help="keep the parts of the committed result this run does not redo")
     parser.add_argument("--merge-from", default="", help="result files of runs of other parts (comma-separated, "
                         "e.g. parts run side by side with their own --output-dir) merged into this one")
+    parser.add_argument("--reuse-fit", action="store_true", help="rank part: take the plain fit (the cost unit) of an "
+                        "earlier run of the same width instead of fitting again")
     parser.add_argument("--quick", action="store_true")
     # the worker's own arguments
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -389,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     for other in filter(None, args.merge_from.split(",")):
         _merge_parts(result, json.loads(Path(other).read_text()))
     if "rank" in parts:
-        ranked = part_rank(root, widths, rows, methods, args.epochs, args.quick, args.timeout)
+        ranked = part_rank(root, widths, rows, methods, args.epochs, args.quick, args.timeout, args.reuse_fit)
         if not args.merge:
             result.pop("rank", None)
         _merge_parts(result, {"rank": ranked})
