@@ -362,8 +362,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", default=".cache/wide-bench", help="data, shards and work folders")
     parser.add_argument("--output-dir", default=str(RESULTS))
     parser.add_argument("--merge", action="store_true", help="keep the parts of the committed result this run does not redo")
-    parser.add_argument("--merge-from", default="", help="result files of runs of other parts (comma-separated, "
-                        "e.g. parts run side by side with their own --output-dir) merged into this one")
+    parser.add_argument("--merge-from", action="append", default=[], metavar="FILE[:PART+PART]",
+                        help="merge these parts (default: all) of another run's result file into this one (parts "
+                        "run side by side with their own --output-dir); repeatable, later files win")
     parser.add_argument("--reuse-fit", action="store_true", help="rank part: take the plain fit (the cost unit) of an "
                         "earlier run of the same width instead of fitting again")
     parser.add_argument("--quick", action="store_true")
@@ -392,8 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     result.update(result_header("wide", argv, args.quick, TARGETS))
     result["rows"] = rows
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else _selectors()
-    for other in filter(None, args.merge_from.split(",")):
-        _merge_parts(result, json.loads(Path(other).read_text()))
+    for spec in args.merge_from:
+        path, _, only = spec.partition(":")
+        other = json.loads(Path(path).read_text())
+        wanted = [p for p in only.split("+") if p] or list(PARTS)
+        _merge_parts(result, {k: v for k, v in other.items() if k not in PARTS or k in wanted})
     if "rank" in parts:
         ranked = part_rank(root, widths, rows, methods, args.epochs, args.quick, args.timeout, args.reuse_fit)
         if not args.merge:
@@ -422,6 +426,11 @@ def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
     for part in PARTS:
         if part not in other:
             continue
+        if other.get("command"):  # what made each part (several runs for the rank part)
+            made = result.setdefault("commands", {}).setdefault(part, [])
+            for cmd in [other["command"]] if part != "rank" else [other["command"]] + other.get("commands", {}).get("rank", []):
+                if cmd not in made:
+                    made.append(cmd)
         if part == "rank":
             kept = result.setdefault("rank", {})
             for width, rows in other["rank"].items():
