@@ -390,6 +390,9 @@ def main(argv: list[str] | None = None) -> int:
     root.mkdir(parents=True, exist_ok=True)
     out_json = Path(args.output_dir) / ("wide_quick.json" if args.quick else "wide.json")
     result: dict[str, Any] = json.loads(out_json.read_text()) if args.merge and out_json.exists() else {}
+    for part in PARTS:  # the parts kept from the committed result keep the command that made them
+        if part in result and result.get("command") and part not in result.get("commands", {}):
+            result.setdefault("commands", {})[part] = [result["command"]]
     result.update(result_header("wide", argv, args.quick, TARGETS))
     result["rows"] = rows
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else _selectors()
