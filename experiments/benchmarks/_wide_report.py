@@ -12,7 +12,14 @@ from recsys.io import atomic_savefig, atomic_write_text
 __all__ = ["render", "save"]
 
 
+def interrupted(row: dict[str, Any]) -> bool:
+    """A worker stopped by SIGTERM (the session's time ran out): not measured, not a failure."""
+    return bool(row.get("interrupted")) or str(row.get("error", "")).startswith("exit -15")
+
+
 def _status(row: dict[str, Any]) -> str:
+    if interrupted(row):
+        return "not measured (stopped before it finished)"
     if row.get("error"):
         return "FAILED: " + row["error"].splitlines()[0][:120]
     if row.get("refused"):
@@ -31,8 +38,11 @@ def verdicts(result: dict[str, Any]) -> dict[str, Any]:
     top = rank.get("5000", {})
     if top:
         rows = {m: r for m, r in top.items() if m != "fit"}
-        failed = {m: _status(r) for m, r in rows.items() if r.get("error")}
-        out["every_selector_at_5000"] = {"met": not failed, "failed": failed,
+        failed = {m: _status(r) for m, r in rows.items() if r.get("error") and not interrupted(r)}
+        unmeasured = sorted(m for m, r in rows.items() if interrupted(r))
+        registered = [m for m in unmeasured if ":" not in m]  # variants (name:option=value) are extra rows
+        out["every_selector_at_5000"] = {"met": None if registered and not failed else not failed, "failed": failed,
+                                         "not_measured": unmeasured,
                                          "refused": {m: r["refused"] for m, r in rows.items() if r.get("refused")}}
         leap = rows.get("leap", {})
         if "recall" in leap:

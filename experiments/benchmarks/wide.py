@@ -212,6 +212,8 @@ def run_worker(root: Path, data: Path, method: str, *, seed: int = 0, epochs: in
     except subprocess.TimeoutExpired:
         return {"method": method, "error": f"timed out after {timeout} s", "wall_seconds": timeout}
     wall = time.perf_counter() - t0
+    if proc.returncode in (-15, 143):  # stopped from outside (SIGTERM): not measured, not a failure
+        return {"method": method, "wall_seconds": wall, "interrupted": True, "error": f"exit {proc.returncode}: stopped"}
     if proc.returncode != 0 or not out.exists():
         killed = proc.returncode in (-9, 137)
         return {"method": method, "wall_seconds": wall,
