@@ -107,7 +107,8 @@ def _rank_table(rank: dict[str, Any]) -> list[str]:
                 continue
             rec = f"{r['recall']:.2f}" if "recall" in r else ""
             runs = f"{r['cost_runs']:.2f}" if r.get("cost_runs") is not None else ""
-            cost = f"{r['cost_seconds']:.0f}" if r.get("cost_seconds") is not None else f"{r.get('wall_seconds', 0):.0f}"
+            cost = (f"{r['cost_seconds']:.0f}" if r.get("cost_seconds") is not None
+                    else "" if interrupted(r) else f"{r.get('wall_seconds', 0):.0f}")
             own = f"{r['fit_seconds']:.0f}" if r.get("fit_seconds") is not None else ""
             lines.append(f"| {m} | {rec} | {'yes' if r.get('copies_demoted') else ('no' if 'recall' in r else '')} | {cost} | "
                          f"{own} | {runs} | {r.get('peak_rss_mb', float('nan')):.0f} | {_status(r)} |")
@@ -200,11 +201,29 @@ def render(result: dict[str, Any]) -> dict[str, Any]:
     return {"markdown": "\n".join(lines) + "\n", "verdicts": v}
 
 
-def save(result: dict[str, Any], folder: Path, quick: bool) -> None:
+def portable(value: Any, root: Path) -> Any:
+    """``value`` with this machine's paths made relative to ``root`` (the benchmark's data
+    folder, the repository): a committed result names no machine's folders."""
+    if isinstance(value, dict):
+        return {k: portable(v, root) for k, v in value.items()}
+    if isinstance(value, list):
+        return [portable(v, root) for v in value]
+    if isinstance(value, str) and value.startswith("/"):
+        for base in (root, Path(__file__).resolve().parents[2]):
+            if value.startswith(str(base) + "/"):
+                return value[len(str(base)) + 1:]
+        if value.startswith("/tmp/"):
+            return Path(value).name
+    return value
+
+
+def save(result: dict[str, Any], folder: Path, quick: bool, root: Path | None = None) -> None:
     from recsys.io import atomic_write_json
 
     stem = "wide_quick" if quick else "wide"
     folder.mkdir(parents=True, exist_ok=True)
+    if root is not None:
+        result = portable(result, root)
     atomic_write_json(folder / f"{stem}.json", result)
     atomic_write_text(folder / f"{stem}.md", render(result)["markdown"])
     _plot(result, folder / f"{stem}.png")

@@ -394,8 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = json.loads(out_json.read_text()) if args.merge and out_json.exists() else {}
     for part in PARTS:  # the parts kept from the committed result keep the command that made them
         if part in result and result.get("command") and part not in result.get("commands", {}):
-            result.setdefault("commands", {})[part] = [result["command"]]
+            result.setdefault("commands", {})[part] = [portable_command(result["command"])]
     result.update(result_header("wide", argv, args.quick, TARGETS))
+    result["command"] = portable_command(result["command"])
     result["rows"] = rows
     methods = [m.strip() for m in args.methods.split(",")] if args.methods else _selectors()
     for spec in args.merge_from:
@@ -421,9 +422,27 @@ def main(argv: list[str] | None = None) -> int:
         result["pipeline"] = part_pipeline(root, rows, args.epochs, args.quick, args.timeout)
     _rank_from_curves(result)
     result["verdicts"] = render(result)["verdicts"]
-    save(result, Path(args.output_dir), quick=args.quick)
+    save(result, Path(args.output_dir), quick=args.quick, root=root)
     print(render(result)["markdown"])
     return 0
+
+
+def portable_command(cmd: str) -> str:
+    """``cmd`` without the options that name this machine's folders (``--output-dir``,
+    ``--merge-from``, ``--root``)."""
+    import shlex
+
+    words, out, skip = shlex.split(cmd), [], False
+    for w in words:
+        if skip:
+            skip = False
+            continue
+        if w in ("--output-dir", "--merge-from", "--root"):
+            skip = True
+            continue
+        if not w.startswith(("--output-dir=", "--merge-from=", "--root=")):
+            out.append(w)
+    return " ".join(shlex.quote(w) for w in out)
 
 
 def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
@@ -431,11 +450,12 @@ def _merge_parts(result: dict[str, Any], other: dict[str, Any]) -> None:
     for part in PARTS:
         if part not in other:
             continue
-        if other.get("command"):  # what made each part (several runs for the rank part)
-            made = result.setdefault("commands", {}).setdefault(part, [])
-            for cmd in [other["command"]] if part != "rank" else [other["command"]] + other.get("commands", {}).get("rank", []):
-                if cmd not in made:
-                    made.append(cmd)
+        made_by = other.get("commands", {}).get(part) or ([other["command"]] if other.get("command") else [])
+        made = result.setdefault("commands", {}).setdefault(part, [])
+        for cmd in made_by:  # what made each part (several runs for the rank part)
+            cmd = portable_command(cmd)
+            if cmd not in made:
+                made.append(cmd)
         if part == "rank":
             kept = result.setdefault("rank", {})
             for width, rows in other["rank"].items():

@@ -42,3 +42,14 @@ def test_curve_rankings_fill_the_rank_table() -> None:
     wide._rank_from_curves(result)
     rows = result["rank"]["1000"]
     assert rows["leap"]["from_curves"] and rows["leap"]["cost_runs"] == 1.5 and rows["lasso"] == {"recall": 0.5}
+
+
+def test_results_name_no_machine_folders(tmp_path: Path) -> None:
+    from experiments.benchmarks._wide_report import portable
+
+    root = tmp_path / "bench"
+    value = {"report": str(root / "work" / "r.json"), "out": "/tmp/x/wide.json", "n": 3, "rel": "a/b"}
+    assert portable(value, root) == {"report": "work/r.json", "out": "wide.json", "n": 3, "rel": "a/b"}
+    assert wide.portable_command("python -m experiments.benchmarks.wide --merge --output-dir /tmp/a --parts io "
+                                 "--merge-from /tmp/b.json:rank --root=/x") == \
+        "python -m experiments.benchmarks.wide --merge --parts io"
