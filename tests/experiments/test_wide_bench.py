@@ -15,7 +15,9 @@ def test_wide_benchmark_quick(tmp_path: Path) -> None:
                       "--root", str(tmp_path / "root"), "--output-dir", str(out)]) == 0
     result = json.loads((out / "wide_quick.json").read_text())
     rank = result["rank"]["100"]
-    assert rank["fit"]["seconds"] > 0 and set(rank) == {"fit", "leap", "outrank"}
+    ranked = {m for m, r in rank.items() if not r.get("from_curves")}
+    assert rank["fit"]["seconds"] > 0 and ranked == {"fit", "leap", "outrank"}
+    assert set(rank) - ranked <= set(wide.CURVE_METHODS)  # the curves part's seed-0 rankings fill the rest
     for m in ("leap", "outrank"):
         assert 0.0 <= rank[m]["recall"] <= 1.0 and rank[m]["peak_rss_mb"] > 0 and "error" not in rank[m]
     assert set(rank["leap"]["ablations"]) == {"none", "sum"} and rank["leap"]["fusion"] == "sum"  # F = 100 > 64 fields
