@@ -97,7 +97,8 @@ def _rank_table(rank: dict[str, Any]) -> list[str]:
         fit = rows.get("fit", {})
         lines += [f"### F = {width}", "",
                   f"One plain training run (the cost unit): {fit.get('seconds', float('nan')):.0f} s, test AUC "
-                  f"{fit.get('test_auc') or float('nan'):.4f}, peak RSS {fit.get('peak_rss_mb', float('nan')):.0f} MB"
+                  f"{fit.get('test_auc') or float('nan'):.4f}, peak RSS {fit.get('peak_rss_mb', float('nan')):.0f} MB "
+                  "(a row merged from another run keeps its cost in runs of that run's own plain fit)"
                   + (f" ({_status(fit)})" if fit.get("error") else "") + ".", "",
                   "| selector | recall@|signal| | copies demoted | cost (s) | its own fit (s) | cost (training runs) | "
                   "peak RSS (MB) | status |",
