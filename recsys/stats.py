@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["Interval", "auc", "auc_se", "delong", "over_seeds", "paired_bootstrap", "paired_mean_difference"]
+__all__ = ["BETTER", "TIE", "WORSE", "Interval", "auc", "auc_se", "delong", "over_seeds", "paired_bootstrap", "paired_mean_difference"]
 
 BETTER, WORSE, TIE = "better", "worse", "tie"
 
@@ -115,8 +115,8 @@ def _midranks(x: np.ndarray) -> np.ndarray:
 def _structural(y: np.ndarray, scores: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """AUCs (K,) and DeLong's structural components: V10 (K x m, per positive), V01 (K x n, per
     negative), by midranks (Sun & Xu 2014)."""
-    pos, neg = scores[0][y], scores[0][~y]
-    m, n = pos.size, neg.size
+    m = int(y.sum())
+    n = y.size - m
     aucs = np.empty(len(scores))
     v10 = np.empty((len(scores), m))
     v01 = np.empty((len(scores), n))

@@ -22,13 +22,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from recsys.stats import BETTER, TIE, WORSE  # the three outcomes of a comparison, one definition
+
 __all__ = [
     "BETTER", "TIE", "WORSE", "hardware", "hardware_text", "isolated_workdir", "majority_verdict", "result_header",
     "spread_of_difference", "verdict", "versions",
 ]
 
-#: the three outcomes of a comparison
-BETTER, WORSE, TIE = "better", "worse", "tie"
 
 
 def spread_of_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:

@@ -196,10 +196,22 @@ def _curve(recipe: Any, report_path: Path, ks: str, truth: Any) -> dict[str, Any
     return {"curve": curve.to_dict(), "summary": curve.summary()}
 
 
+def work_dir(root: Path, data: Path, method: str, seed: int = 0) -> Path:
+    """The folder of one worker's run (``method`` may carry options: ``leap:gate_data=validation``)."""
+    return root / "work" / f"{data.stem}-{method.replace(':', '-').replace('=', '-').replace(',', '-')}-{seed}"
+
+
+def _with_cost_runs(row: dict[str, Any], fit: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its cost in runs of the plain ``fit`` (when both are measured)."""
+    if fit.get("seconds") and row.get("cost_seconds") is not None:
+        row["cost_runs"] = row["cost_seconds"] / fit["seconds"]
+    return row
+
+
 def run_worker(root: Path, data: Path, method: str, *, seed: int = 0, epochs: int, quick: bool, timeout: int,
                report: Path | None = None, ks: str = "") -> dict[str, Any]:
     """One worker process; its JSON, or the error that ended it (a kill for memory shows as such)."""
-    work = root / "work" / f"{data.stem}-{method.replace(':', '-').replace('=', '-').replace(',', '-')}-{seed}"
+    work = work_dir(root, data, method, seed)
     work.mkdir(parents=True, exist_ok=True)
     out = work / "result.json"
     out.unlink(missing_ok=True)
@@ -231,17 +243,14 @@ def part_rank(root: Path, widths: list[int], rows: int, methods: list[str], epoc
     out: dict[str, Any] = {}
     for f in widths:
         data = data_file(root, f, rows)
-        done = root / "work" / f"{data.stem}-fit-0" / "result.json"
+        done = work_dir(root, data, "fit") / "result.json"
         if reuse_fit and done.exists():  # the plain fit of an earlier run of this width (the cost unit)
             fit = {**json.loads(done.read_text()), "reused": True}
         else:
             fit = run_worker(root, data, "fit", epochs=epochs, quick=quick, timeout=timeout)
         rows_f: dict[str, Any] = {"fit": fit}
         for m in methods:
-            r = run_worker(root, data, m, epochs=epochs, quick=quick, timeout=timeout)
-            if fit.get("seconds") and r.get("cost_seconds") is not None:
-                r["cost_runs"] = r["cost_seconds"] / fit["seconds"]
-            rows_f[m] = r
+            r = rows_f[m] = _with_cost_runs(run_worker(root, data, m, epochs=epochs, quick=quick, timeout=timeout), fit)
             print(f"F={f} {m}: " + (r.get("error") or r.get("refused") or
                   f"recall {r.get('recall'):.2f}, {r.get('cost_seconds', 0):.0f} s, {r.get('peak_rss_mb', 0):.0f} MB"),
                   flush=True)
@@ -478,11 +487,7 @@ def _rank_from_curves(result: dict[str, Any]) -> None:
         first = next((r["ranking"] for r in c.get("runs", []) if r.get("ranking", {}).get("seed") == 0), None)
         if m in rows or first is None:
             continue
-        row = {**first, "from_curves": True}
-        fit = rows.get("fit", {})
-        if fit.get("seconds") and row.get("cost_seconds") is not None:
-            row["cost_runs"] = row["cost_seconds"] / fit["seconds"]
-        rows[m] = row
+        rows[m] = _with_cost_runs({**first, "from_curves": True}, rows.get("fit", {}))
 
 
 def _selectors() -> list[str]:
