@@ -64,16 +64,20 @@ def _step(model: Any, batch: Any, opt: Any) -> None:
     opt.step()
 
 
+#: the kernels timed side by side: FBGEMM's fused TBE, torchrec's per-table EBC, the grouped lookup
+KERNELS = ("fused", "grouped", "plain")
+
+
 def samples_per_second(features: int, steps: int, repeats: int, batch: int) -> dict[str, Any]:
-    """Training samples/s of the wide DCNv2 step at F features, fused and plain kernel from the
-    same initial weights, interleaved (fused, plain, fused, ...) over ``repeats`` blocks."""
+    """Training samples/s of the wide DCNv2 step at F features on each of :data:`KERNELS` from the
+    same initial weights, interleaved (fused, grouped, plain, fused, ...) over ``repeats`` blocks."""
     import torch
 
     from recsys.data.batching import random_batch
 
     schema = fitted_schema(features)
     batches = [random_batch(schema, batch, seed=s) for s in range(4)]
-    models = {k: wide_model(schema, k) for k in ("fused", "plain")}
+    models = {k: wide_model(schema, k) for k in KERNELS}
     opts = {k: torch.optim.Adam(m.dense_parameters(), 1e-3) for k, m in models.items()}
     for k, m in models.items():  # warm-up
         for b in batches[:2]:
@@ -87,7 +91,8 @@ def samples_per_second(features: int, steps: int, repeats: int, batch: int) -> d
             rates[k].append(steps * batch / (time.perf_counter() - t0))
     return {"features": features, "tables": len(schema.sparse), "dense_columns": schema.dense_width,
             **dense_flops(schema), "samples_per_s": rates, "median": {k: float(np.median(v)) for k, v in rates.items()},
-            "fused_vs_plain": float(np.median(rates["fused"]) / np.median(rates["plain"]))}
+            "fused_vs_plain": float(np.median(rates["fused"]) / np.median(rates["plain"])),
+            "grouped_vs_plain": float(np.median(rates["grouped"]) / np.median(rates["plain"]))}
 
 
 #: ops of the dense arch's arithmetic (matrix products, elementwise maths, the loss, Adam)
@@ -96,35 +101,57 @@ _DENSE_OPS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::mul", "aten::add", 
               "aten::addcdiv_", "aten::addcmul_", "aten::lerp_", "aten::sqrt", "aten::add_", "aten::mul_", "aten::div_",
               "aten::neg", "aten::exp", "aten::log", "aten::clamp", "aten::_foreach")
 _LOOKUP_OPS = ("fbgemm::", "embedding_bag", "bounds_check")
+#: the profiler label of the plain kernel's table update
+_TABLE_UPDATE = "table_update"
+#: ranges whose ops are all the lookup's: that label and the grouped kernel's lookup-and-update function
+_LOOKUP_RANGES = (_TABLE_UPDATE, "_LookupAndUpdate")
 
 
-def profile_shares(features: int, batch: int, steps: int = 6) -> dict[str, Any]:
-    """Where a training step's time goes at F features (fused kernel): the dense arch's arithmetic
+def profile_shares(features: int, batch: int, steps: int = 6, kernel: str = "fused") -> dict[str, Any]:
+    """Where a training step's time goes at F features on ``kernel``: the dense arch's arithmetic
     against the per-feature overhead (the lookups and their optimizer, the batch's assembly,
     the seam and every other op, and the Python between ops), from a profile of ``steps`` steps
     plus the time to build each batch from encoded rows."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     from recsys.data.batching import make_batch, random_batch
 
     schema = fitted_schema(features)
-    model = wide_model(schema, "fused")
-    opt = torch.optim.Adam(model.dense_parameters(), 1e-3)
+    model = wide_model(schema, kernel)
+    # the plain kernel's tables take their own Adam, profiled under one label,
+    # so that their update counts with the lookup (as FBGEMM's fused Adagrad does) and not as dense arithmetic
+    embedding_ids = {id(p) for p in model.sparse_arch.parameters()} if kernel == "plain" else set()
+    opt = torch.optim.Adam([p for p in model.dense_parameters() if id(p) not in embedding_ids], 1e-3)
+    table_opt = torch.optim.Adam(list(model.sparse_arch.parameters()), 1e-3) if embedding_ids else None
+
+    def step(b: Any) -> None:
+        opt.zero_grad()
+        if table_opt is not None:
+            table_opt.zero_grad()
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(model(b.dense_features, b.sparse_features), b.labels)
+        loss.backward()
+        opt.step()
+        if table_opt is not None:
+            with record_function(_TABLE_UPDATE):
+                table_opt.step()
+
     batches = [random_batch(schema, batch, seed=s) for s in range(2)]
     for b in batches:
-        _step(model, b, opt)
+        step(b)
     t0 = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for i in range(steps):
-            _step(model, batches[i % 2], opt)
+            step(batches[i % 2])
     wall = time.perf_counter() - t0
     shares = {"dense_arith": 0.0, "lookup": 0.0, "other_ops": 0.0}
-    for e in prof.key_averages():
+    for e in prof.events():
         seconds = e.self_cpu_time_total / 1e6
-        if any(e.key.startswith(p) or p in e.key for p in _LOOKUP_OPS):
+        if _under(e, _LOOKUP_RANGES):  # the tables' lookup and update, whatever their ops
             shares["lookup"] += seconds
-        elif e.key.startswith(_DENSE_OPS) or e.key.startswith("Optimizer.step"):
+        elif any(e.name.startswith(p) or p in e.name for p in _LOOKUP_OPS):
+            shares["lookup"] += seconds
+        elif e.name.startswith(_DENSE_OPS) or e.name.startswith("Optimizer.step"):
             shares["dense_arith"] += seconds
         else:
             shares["other_ops"] += seconds
@@ -141,7 +168,17 @@ def profile_shares(features: int, batch: int, steps: int = 6) -> dict[str, Any]:
     return {"features": features, "step_seconds": per_step, "batching_seconds": batching,
             "op_seconds": {k: v / steps for k, v in shares.items()}, "dense_arith_share": dense_share,
             "per_feature_overhead_share": 1.0 - dense_share, **dense_flops(schema),
-            "backbone": f"DCNv2 {BACKBONE}"}
+            "backbone": f"DCNv2 {BACKBONE}", "kernel": kernel,
+            "note": "the tables' Adam update counts with the lookup" if embedding_ids else ""}
+
+
+def _under(event: Any, labels: tuple[str, ...]) -> bool:
+    """``event`` is a profiler range named by one of ``labels`` (or containing it) or runs inside one."""
+    while event is not None:
+        if any(label in event.name for label in labels):
+            return True
+        event = event.cpu_parent
+    return False
 
 
 def _encoded_rows(schema: Any, rows: int) -> Any:

@@ -161,7 +161,7 @@ def _plain_collection(arch: SparseArch) -> EmbeddingBagCollection:
     if not isinstance(ebc, EmbeddingBagCollection):
         raise PrecisionError(
             f"quantization needs the plain EmbeddingBagCollection, got {type(ebc).__name__} "
-            "(convert a fused model with recsys.export.to_plain_kernel first)"
+            "(convert a fused or grouped model with recsys.export.to_plain_kernel first)"
         )
     return ebc
 

@@ -104,7 +104,7 @@ class ServingModule(nn.Module):
         self, model: nn.Module, feature_names: list[str] | None = None, num_dense: int | None = None
     ) -> None:
         super().__init__()
-        if _is_ranking_model(model) and model.sparse_arch.is_fused:
+        if _is_ranking_model(model) and not getattr(model.sparse_arch, "is_plain", True):
             raise ValueError("ServingModule needs the plain embedding kernel: convert with to_plain_kernel(model)")
         check_no_fused_parts(model)
         if feature_names is None and not hasattr(model, "sparse_names"):
@@ -226,10 +226,11 @@ def eval_mode(*modules: nn.Module) -> Iterator[None]:
 
 # -- fused -> plain --------------------------------------------------------------------------
 def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
-    """A copy of a fused-kernel model with a plain (scriptable) ``EmbeddingBagCollection``.
+    """A copy of a fused- or grouped-kernel model with a plain (scriptable) ``EmbeddingBagCollection``.
 
-    The FBGEMM ``FusedEmbeddingBagCollection`` is not scriptable but has the same state-dict
-    keys as the plain one: the copy gets a plain :class:`SparseArch` (same pooling) whose tables
+    The FBGEMM ``FusedEmbeddingBagCollection`` is not scriptable, and the grouped kernel's
+    stacked weights are not per-table modules; both have the same state-dict keys as the plain
+    one: the copy gets a plain :class:`SparseArch` (same pooling) whose tables
     are the fused weights themselves (they share memory: training the fused model changes the
     copy; ``copy.deepcopy`` the copy for an independent one); everything else is deep-copied.
     A plain model is returned unchanged.
@@ -240,7 +241,7 @@ def to_plain_kernel(model: RankingModel, check: bool = True) -> RankingModel:
             differ by more than ``PARITY_ATOL``.
     """
     fused = model.sparse_arch
-    if not isinstance(fused, SparseArch) or not fused.is_fused:  # a dense-only model has no tables
+    if not isinstance(fused, SparseArch) or fused.is_plain:  # a dense-only model has no tables
         return model
     device = model_device(model)
     # the same settings (pooling, frequency blocks, row schemes), the plain kernel; built on the
@@ -273,7 +274,7 @@ class ExportResult:
         output_dir: the export directory.
         model_path / schema_path / loader_path: its three files.
         max_abs_diff: max |eager - scripted| probability on random batches at export time.
-        converted_from_fused: the model used the fused kernel and was rebuilt on the plain one.
+        converted_from_fused: the model used the fused (or grouped) kernel and was rebuilt on the plain one.
     """
 
     output_dir: Path
@@ -469,7 +470,7 @@ def export_model(
         schema_path=output_dir / SCHEMA_FILE,
         loader_path=output_dir / LOADER_FILE,
         max_abs_diff=diff,
-        converted_from_fused=ranking and cast(RankingModel, model).sparse_arch.is_fused,
+        converted_from_fused=ranking and not getattr(cast(RankingModel, model).sparse_arch, "is_plain", True),
     )
 
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the ranking models: the sparse arch (plain or FBGEMM-fused EBC), MLPs and
+"""Shared pieces of the ranking models: the sparse arch (plain, FBGEMM-fused or grouped EBC), MLPs and
 the :class:`RankingModel` base that routes everything through the seam.
 
     KJT ──► SparseArch (EBC, one table per feature, own dim) ──► {name: B x D_f} ─┐
@@ -21,6 +21,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.data.schema import Schema
 from recsys.models.blocked import BLOCKS_KEY, Block, BlockRouter, block_key, check_blocks
+from recsys.models.grouped import GroupedEmbeddingBags
 from recsys.models.rows import ROWS_KEY, RowScheme, check_row_schemes, qr_key
 from recsys.models.seam import IdentitySeam, SeamTransform
 
@@ -41,6 +42,9 @@ class EmbeddingKernel(str, Enum):
 
     PLAIN = "plain"  # torchrec EmbeddingBagCollection; embeddings updated by the dense optimizer
     FUSED = "fused"  # FBGEMM FusedEmbeddingBagCollection; optimizer fused into backward
+    #: every table of one width in one weight, one torch embedding_bag per width per step, the
+    #: looked-up rows updated in the backward (recsys.models.grouped): the fused kernel without FBGEMM
+    GROUPED = "grouped"
 
 
 @unique
@@ -57,8 +61,9 @@ class SparseArchConfig:
     """Embedding storage.
 
     Args:
-        kernel: plain EBC or FBGEMM-fused EBC.
-        fused_optimizer: the optimizer fused into backward (``kernel="fused"`` only).
+        kernel: plain EBC (one lookup per table), FBGEMM-fused EBC, or the grouped lookup on
+            torch ops (one lookup per embedding width; :mod:`recsys.models.grouped`).
+        fused_optimizer: the optimizer fused into backward (``kernel`` fused or grouped).
         fused_lr: learning rate of the fused optimizer.
         pooling: how multi-hot bags are pooled.
         blocks: frequency blocks, feature -> ``[[start, stop, dim], ...]`` (stop -1 / None = to
@@ -206,6 +211,12 @@ class SparseArch(nn.Module):
             from recsys.runtime import release_freed_memory
 
             release_freed_memory()  # the plain copy's pages; otherwise the heap keeps them (every table's size)
+        elif self.kernel is EmbeddingKernel.GROUPED:
+            # the plain kernel's initial weights (the same numbers as the other kernels), stacked
+            plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
+            self.embedding_bag_collection = GroupedEmbeddingBags(
+                tables, plain.state_dict(), optimizer=FusedOptimizer(config.fused_optimizer).value, lr=config.fused_lr)
+            del plain
         else:
             self.embedding_bag_collection = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
 
@@ -238,8 +249,8 @@ class SparseArch(nn.Module):
         if device.type == "cuda" and not fbgemm_cuda_available():
             raise RuntimeError(
                 "model.embedding_kernel: fused on CUDA needs the CUDA build of fbgemm-gpu "
-                "(pip install -r requirements/gpu.txt); with only fbgemm-gpu-cpu, use model.embedding_kernel: plain, "
-                "which runs on torch's own CUDA embedding kernels"
+                "(pip install -r requirements/gpu.txt); with only fbgemm-gpu-cpu, use model.embedding_kernel: grouped "
+                "(the same in-backward table updates on torch's own CUDA kernels) or plain"
             )
         state = {k: v.detach().cpu() for k, v in self.embedding_bag_collection.state_dict().items()}
         self.embedding_bag_collection = self._fused_collection(state, device)
@@ -249,6 +260,8 @@ class SparseArch(nn.Module):
             if self.kernel is EmbeddingKernel.FUSED and torch.is_inference_mode_enabled():
                 return self._lookup_outside_inference_mode(kjt)
         tables, totals = self.router.split(kjt)
+        if not torch.jit.is_scripting() and self.kernel is EmbeddingKernel.GROUPED:
+            return self.router.merge(self.embedding_bag_collection(tables), totals)
         pooled = self.embedding_bag_collection(tables).to_dict()
         # rebuild in feature order (a sharded EBC returns its keys in another order), merging
         # the frequency blocks of blocked features
@@ -266,6 +279,17 @@ class SparseArch(nn.Module):
     @property
     def is_fused(self) -> bool:
         return self.kernel is EmbeddingKernel.FUSED
+
+    @property
+    def updates_in_backward(self) -> bool:
+        """The tables are updated inside the backward (fused or grouped kernel), not by the dense optimizer."""
+        return self.kernel is not EmbeddingKernel.PLAIN
+
+    @property
+    def is_plain(self) -> bool:
+        """The plain kernel: scriptable per-table modules (export, quantization and
+        :meth:`table` need it; :func:`recsys.export.to_plain_kernel` converts the others)."""
+        return self.kernel is EmbeddingKernel.PLAIN
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.embedding_bag_collection.parameters())
@@ -287,10 +311,12 @@ class SparseArch(nn.Module):
             ValueError: the fused kernel (FBGEMM keeps the tables inside the kernel), a feature
                 this arch has no table for, or a block that does not match the feature's blocks.
         """
-        if self.is_fused:
+        if not self.is_plain:
+            inside = "the FBGEMM-fused kernel" if self.is_fused else "the grouped kernel's stacked weights"
             raise ValueError(
-                f"the table of {feature!r} lives inside the FBGEMM-fused kernel: build the model with "
-                "SparseArchConfig(kernel=EmbeddingKernel.PLAIN) (model.embedding_kernel: plain) to reach it"
+                f"the table of {feature!r} lives inside {inside}: build the model with "
+                "SparseArchConfig(kernel=EmbeddingKernel.PLAIN) (model.embedding_kernel: plain) to reach it, "
+                "or convert it with recsys.export.to_plain_kernel"
             )
         if feature not in self.feature_names:
             raise ValueError(f"no embedding table for {feature!r}; the sparse features are {self.feature_names}")
@@ -338,6 +364,14 @@ class EmptySparseArch(nn.Module):
 
     @property
     def is_fused(self) -> bool:
+        return False
+
+    @property
+    def is_plain(self) -> bool:
+        return True
+
+    @property
+    def updates_in_backward(self) -> bool:
         return False
 
     def num_parameters(self) -> int:
@@ -476,8 +510,8 @@ class RankingModel(nn.Module):
         return [sparse[name] for name in self.sparse_names]
 
     def dense_parameters(self) -> list[nn.Parameter]:
-        """Parameters the dense optimizer updates (all but fused embedding tables)."""
-        if self.sparse_arch.is_fused:
+        """Parameters the dense optimizer updates (all but tables updated in the backward: fused, grouped)."""
+        if self.sparse_arch.updates_in_backward:
             fused = {id(p) for p in self.sparse_arch.parameters()}
             return [p for p in self.parameters() if id(p) not in fused]
         return list(self.parameters())

@@ -6,6 +6,7 @@ import warnings
 from typing import Any, Literal
 
 import lightning.pytorch as pl
+import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
 from torch import nn
@@ -19,6 +20,7 @@ from recsys.data.schema import Schema
 from recsys.models import DCNv2, RankingModel
 from recsys.models.backbone import Backbone
 from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArch, SparseArchConfig
+from recsys.models.grouped import GroupedEmbeddingBags
 from recsys.models.seam import SeamTransform
 from recsys.train.distributed import (
     ShardedStrategy,
@@ -72,10 +74,14 @@ class RankingTask(pl.LightningModule):
             this task calls with the fitted schema and the embedding settings below.
         schema: fitted schema as a dict; the CLI links it from the datamodule.
         embedding_kernel: ``fused`` (FBGEMM, optimizer in backward; the default, measured faster
-            in ``experiments/results/train_throughput.md``) or ``plain`` (torchrec EBC updated by
-            the dense optimizer, which allows Adam and ``embedding_weight_decay``).
-        fused_optimizer: optimizer of fused tables.
-        fused_lr: learning rate of fused tables.
+            in ``experiments/results/train_throughput.md``), ``plain`` (torchrec EBC updated by
+            the dense optimizer, which allows Adam and ``embedding_weight_decay``; one lookup per
+            table per step) or ``grouped`` (the fused kernel's training on torch ops, the tables of
+            one width stacked into one lookup: hundreds of tables without FBGEMM, e.g. on a GPU with
+            only the CPU build of fbgemm-gpu; the rows a batch touched are updated in the backward
+            by ``fused_optimizer`` at ``fused_lr``, as FBGEMM does; see ``experiments/results/wide.md``).
+        fused_optimizer: optimizer of fused and grouped tables (applied in the backward).
+        fused_lr: learning rate of fused and grouped tables.
         optimizer: optimizer of the dense (and plain embedding) parameters, LightningCLI's
             ``{class_path: torch.optim.Adam, init_args: {lr: 0.001, weight_decay: 0.0}}``; its
             ``weight_decay`` applies to the dense (non-embedding) parameters only.
@@ -104,7 +110,7 @@ class RankingTask(pl.LightningModule):
         self,
         backbone: Backbone = DCNv2,
         schema: dict[str, Any] | None = None,
-        embedding_kernel: Literal["plain", "fused"] = "fused",
+        embedding_kernel: Literal["plain", "fused", "grouped"] = "fused",
         fused_optimizer: Literal["sgd", "adagrad", "rowwise_adagrad"] = "adagrad",
         fused_lr: float = 0.05,
         optimizer: OptimizerCallable = torch.optim.Adam,
@@ -119,10 +125,10 @@ class RankingTask(pl.LightningModule):
         super().__init__()
         if schema is None:
             raise ValueError("model.schema is missing: it comes from the data module (salience fit links it)")
-        if embedding_kernel == "fused" and embedding_weight_decay > 0:
+        if embedding_kernel != "plain" and embedding_weight_decay > 0:
             raise ValueError(
                 "model.embedding_weight_decay needs model.embedding_kernel: plain "
-                "(FBGEMM's fused CPU kernels do not apply weight decay)"
+                f"(the {embedding_kernel} kernel updates the tables inside the backward, without weight decay)"
             )
         with warnings.catch_warnings():
             # a seam built in Python is an nn.Module; its config form replaces it just below
@@ -155,6 +161,10 @@ class RankingTask(pl.LightningModule):
         #: the optimizer of a sharded model's data-parallel tables (set by configure_optimizers)
         self._replica_optimizer: torch.optim.Optimizer | None = None
         self._logloss: dict[str, _LogLoss] = {}
+        self._test_rows: list[tuple[torch.Tensor, torch.Tensor]] = []
+        #: the last test pass's (labels N, probabilities N) in test-split order, for paired
+        #: comparisons of two models on the same rows (recsys.stats.delong); one process only
+        self.test_scores: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def backbone_name(self) -> str:
@@ -237,8 +247,11 @@ class RankingTask(pl.LightningModule):
         if not bool(real.all()):
             logits, labels = logits[real], labels[real]
         auc = self.val_auc if stage == "val" else self.test_auc
-        auc.update(torch.sigmoid(logits), labels.long())
+        probs = torch.sigmoid(logits)
+        auc.update(probs, labels.long())
         self._logloss.setdefault(stage, _LogLoss()).update(logits, labels)
+        if stage == "test" and self._keeps_test_rows():
+            self._test_rows.append((labels.detach().to("cpu", torch.float32), probs.detach().to("cpu", torch.float32)))
 
     def _eval_epoch_end(self, stage: str) -> None:
         auc = self.val_auc if stage == "val" else self.test_auc
@@ -260,8 +273,20 @@ class RankingTask(pl.LightningModule):
     def test_step(self, batch: Batch, batch_idx: int) -> None:
         self._eval_step(batch, "test")
 
+    def on_test_epoch_start(self) -> None:
+        self._test_rows = []
+        self.test_scores = None
+
     def on_test_epoch_end(self) -> None:
         self._eval_epoch_end("test")
+        if self._test_rows:
+            labels, probs = (torch.cat(parts).numpy() for parts in zip(*self._test_rows, strict=True))
+            self.test_scores = (labels, probs)
+        self._test_rows = []
+
+    def _keeps_test_rows(self) -> bool:
+        """Scores are kept in one process (a multi-process test pass splits the rows)."""
+        return self._trainer is None or self.trainer.world_size == 1
 
     def predict_step(self, batch: Batch, batch_idx: int) -> torch.Tensor:
         return torch.sigmoid(self(batch))
@@ -327,6 +352,8 @@ class RankingTask(pl.LightningModule):
             arch = self.model.sparse_arch
             if isinstance(arch, SparseArch) and arch.is_fused:
                 checkpoint["fused_optimizer"] = arch.fused_optimizer().state_dict()
+            elif isinstance(arch, SparseArch) and isinstance(arch.embedding_bag_collection, GroupedEmbeddingBags):
+                checkpoint["grouped_optimizer"] = arch.embedding_bag_collection.optimizer_state_dict()
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         # Lightning loads the weights before the data module's state: check the encoders first,
@@ -344,3 +371,6 @@ class RankingTask(pl.LightningModule):
             arch = self.model.sparse_arch
             if isinstance(arch, SparseArch) and arch.is_fused and "fused_optimizer" in checkpoint:
                 arch.fused_optimizer().load_state_dict(checkpoint["fused_optimizer"])
+            grouped = getattr(arch, "embedding_bag_collection", None)
+            if isinstance(grouped, GroupedEmbeddingBags) and "grouped_optimizer" in checkpoint:
+                grouped.load_optimizer_state_dict(checkpoint["grouped_optimizer"])

@@ -30,6 +30,7 @@ from recsys.data.raw import RawData
 from recsys.data.schema import Schema
 
 if TYPE_CHECKING:
+    import numpy as np
     from lightning.pytorch.callbacks import Callback
 
     from recsys.data.prepare import SplitName
@@ -58,6 +59,9 @@ class FitResult:
         root_dir: the run folder (checkpoints).
         export: ``output_dir`` and fresh-process ``parity_max_abs_diff`` of the export (None
             when the fit did not export).
+        test_scores: (labels N, probabilities N) of the test pass in test-split order (None
+            without a test pass, or on several processes): two fits of one data config score the
+            same rows in the same order, for paired comparisons (:func:`recsys.stats.delong`).
     """
 
     task: RankingTask
@@ -67,6 +71,7 @@ class FitResult:
     run_id: str | None = None
     root_dir: str = ""
     export: dict[str, Any] | None = None
+    test_scores: tuple[np.ndarray, np.ndarray] | None = None
 
 
 class Recipe:
@@ -281,6 +286,7 @@ class Recipe:
             run_id=tracker.run_id if tracker is not None else None,
             root_dir=str(root),
             export=getattr(cli, "export_report", None),
+            test_scores=getattr(cli.model, "test_scores", None),
         )
         _release(cli)
         return result

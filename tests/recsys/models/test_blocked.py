@@ -145,7 +145,7 @@ def _models(kernel: str) -> dict[str, RankingModel]:
     }
 
 
-@pytest.mark.parametrize("kernel", ["plain", "fused"])
+@pytest.mark.parametrize("kernel", ["plain", "fused", "grouped"])
 def test_blocked_models_train(kernel: str) -> None:
     torch.manual_seed(0)
     for name, model in _models(kernel).items():
@@ -238,7 +238,7 @@ def test_blocked_plan_overrides_and_config() -> None:
     assert "embedding_blocks" not in DimensionPlan({"c": 4}).to_config({"model": {"embedding_blocks": {"c": [[0, -1, 8]]}}})["model"]
 
 
-@pytest.mark.parametrize("kernel", ["plain", "fused"])
+@pytest.mark.parametrize("kernel", ["plain", "fused", "grouped"])
 def test_blocked_plan_trains_through_the_recipe(tmp_cwd: Path, kernel: str) -> None:
     from embeddings.plan import DimensionPlan
     from recsys.train.recipe import Recipe
