@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from recsys.data.schema import Schema
 from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan, embedding_bytes
 from recsys.models.base import RankingModel, SparseArch, table_configs_for
@@ -171,7 +173,10 @@ def uniform_plan(arch: SparseArch, precision: Precision | str) -> PrecisionPlan:
 def precision_frontier(model: RankingModel, val: Any, test: Any, result: CompressResult,
                        fp32_test: dict[str, float] | None = None) -> list[dict[str, Any]]:
     """Bytes against validation and test AUC of every uniform precision and of the searched
-    plan (``technique``: ``fp32`` ... ``int4``, ``search``): each model's test split read once.
+    plan (``technique``: ``fp32`` ... ``int4``, ``search``), and each one's test AUC minus fp32's
+    on the same rows with DeLong's 95% interval (``test_vs_fp32``, a :class:`recsys.stats.Interval`
+    as a dict): each model's test split read once (fp32's scores are read for the pairing even
+    when ``fp32_test`` gives its metrics).
 
     Args:
         model: the trained model (plain kernel, eval mode).
@@ -183,19 +188,27 @@ def precision_frontier(model: RankingModel, val: Any, test: Any, result: Compres
             already has them (a fit's test pass): that model's test split is not read again.
     """
     from recsys.export.quantize import quantize_model
-    from recsys.train.evaluation import evaluate
+    from recsys.stats import delong
+    from recsys.train.evaluation import evaluate, evaluate_with_scores
 
     arch = model.sparse_arch
     assert isinstance(arch, SparseArch)
     points = []
     plans = {p.value: uniform_plan(arch, p) for p in LADDER}
     known = {"search": result.val_auc, "fp32": result.fp32_val_auc}
+    reference: tuple[np.ndarray, np.ndarray] | None = None  # fp32's test labels and probabilities
     for name, plan in [*plans.items(), ("search", result.plan)]:
         quantized = quantize_model(model, plan)
         val_auc = known[name] if name in known else evaluate(quantized, val)["auc"]
-        on_test = fp32_test if name == "fp32" and fp32_test is not None else evaluate(quantized, test)
+        on_test, labels, probs = evaluate_with_scores(quantized, test)
+        if name == "fp32":
+            reference = (labels, probs)
+            on_test = fp32_test if fp32_test is not None else on_test  # the fit's own numbers where given
+        assert reference is not None  # fp32 is the ladder's first step
+        paired = None if name == "fp32" else delong(labels, probs, reference[1]).to_dict()
         points.append({"technique": name, "bytes": embedding_bytes(arch, plan), "val_auc": val_auc,
-                       "test_auc": on_test["auc"], "test_logloss": on_test["logloss"], "tables": plan.to_dict()})
+                       "test_auc": on_test["auc"], "test_logloss": on_test["logloss"], "tables": plan.to_dict(),
+                       "test_vs_fp32": paired})
     return points
 
 

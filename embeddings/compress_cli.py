@@ -238,7 +238,8 @@ def _write(args: argparse.Namespace, out: Path, done: Compressed, reference: int
         "bytes_vs_uniform16": result.bytes / max(reference, 1),
         "tables": result.plan.to_dict(),
         "val": {"fp32_auc": result.fp32_val_auc, "plan_auc": result.val_auc},
-        "test": {"fp32": test_fp32, "plan": test_plan, "auc_change": test_plan["auc"] - test_fp32["auc"]},
+        "test": {"fp32": test_fp32, "plan": test_plan, "auc_change": test_plan["auc"] - test_fp32["auc"],
+                 "auc_change_interval": done.point("search").get("test_vs_fp32")},
         "trace": result.trace, "validation_passes": result.evaluations, "frontier": frontier,
         "seconds": round(time.perf_counter() - start, 1), "export": str(done.export_dir), "parity_max_abs_diff": parity,
     }
@@ -255,6 +256,12 @@ def _write(args: argparse.Namespace, out: Path, done: Compressed, reference: int
           f"{result.bytes / max(reference, 1):.3f}x of uniform-16 ({result.evaluations} validation passes)")
     print(f"validation AUC {result.val_auc:.5f} vs fp32 {result.fp32_val_auc:.5f}; "
           f"test AUC {test_plan['auc']:.5f} vs fp32 {test_fp32['auc']:.5f} (change {test_plan['auc'] - test_fp32['auc']:+.5f})")
+    iv = done.point("search").get("test_vs_fp32")
+    if iv:
+        from recsys.stats import Interval
+
+        print(f"  95% interval [{iv['low']:+.5f}, {iv['high']:+.5f}] on the same {iv['n']:,} test rows (DeLong): "
+              f"{Interval(**iv).verdict()}")
     if parity is not None:
         print(f"parity (fresh process): max |eager - exported| = {parity:.2e}")
     print(f"plan: {out / 'plan.json'}; frontier: {out / 'frontier.png'}; export: {done.export_dir}")

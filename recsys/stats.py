@@ -8,7 +8,8 @@ through one :class:`Interval` of the difference ``A - B``:
 * :func:`paired_bootstrap` — any metric (AUC, log loss, ...) by resampling the same rows for
   both models (stratified by label), percentile interval;
 * :func:`paired_mean_difference` — per-unit paired values (per-row log loss, per-user
-  Recall@k): a t interval over the units;
+  Recall@k): a t interval over the units; :func:`mean_interval` the same for differences
+  already taken (per seed);
 * :func:`over_seeds` — the differences of several seeds on the same test rows, combined:
   the seeds' spread plus the row-sampling variance they share (not divided by the seeds, since
   every seed reads the same rows), with Welch–Satterthwaite degrees of freedom.
@@ -27,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BETTER", "TIE", "WORSE", "Interval", "auc", "auc_se", "delong", "over_seeds", "paired_bootstrap", "paired_mean_difference"]
+__all__ = ["BETTER", "TIE", "WORSE", "Interval", "auc", "auc_se", "delong", "mean_interval", "over_seeds", "paired_bootstrap",
+           "paired_mean_difference"]
 
 BETTER, WORSE, TIE = "better", "worse", "tie"
 
@@ -215,6 +217,20 @@ def paired_mean_difference(values_a: Any, values_b: Any, level: float = 0.95) ->
     q = _quantile(level, d.size - 1)
     mean = float(d.mean())
     return Interval(mean, mean - q * se, mean + q * se, level, se, "paired_t", int(d.size))
+
+
+def mean_interval(values: Any, level: float = 0.95) -> Interval:
+    """The mean of per-seed (or per-unit) differences with its t interval; one value gives NaN
+    ends (a tie under :meth:`Interval.verdict`, never within a tolerance)."""
+    d = np.asarray(values, dtype=np.float64).ravel()
+    if d.size == 0:
+        raise ValueError("mean_interval needs at least one value")
+    mean = float(d.mean())
+    if d.size == 1:
+        return Interval(mean, math.nan, math.nan, level, math.nan, "t", 1)
+    se = float(np.std(d, ddof=1) / math.sqrt(d.size))
+    q = _quantile(level, d.size - 1)
+    return Interval(mean, mean - q * se, mean + q * se, level, se, "t", int(d.size))
 
 
 def over_seeds(per_seed: Sequence[Interval], level: float = 0.95) -> Interval:

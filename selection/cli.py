@@ -242,6 +242,12 @@ def select_main(argv: Sequence[str]) -> int:
         f"test AUC {curve.full.test_auc:.4f}; smallest k within {args.tolerance:g} on validation (the choice): "
         f"{curve.smallest_k} (on test, reported only: {curve.smallest_k_test})"
     )
+    iv = s["test_vs_full_at_smallest_k"]
+    if iv is not None:
+        within = "within" if s["within_tolerance_on_test"] else "NOT within"
+        print(f"at k={curve.smallest_k}: test AUC - all features {iv['estimate']:+.4f}, 95% interval "
+              f"[{iv['low']:+.4f}, {iv['high']:+.4f}] on the same {iv['n']:,} test rows (DeLong): "
+              f"{s['verdict_at_smallest_k']}, {within} {args.tolerance:g}")
     print(f"wrote {out}/report.json, curve.json, curve.png, reduced_config.yaml (k={k_star})")
     if tracker is not None:
         print(f"MLflow run: {tracker.run_id} (nested runs: one per retrained model)")

@@ -60,6 +60,7 @@ class MethodComparison:
             out.append({
                 "method": name, "val_aukc": s["val_aukc"], "test_aukc": s["aukc"],
                 "random_test_aukc": s["random_aukc_mean"], "smallest_k": s["smallest_k_within_tolerance"],
+                "test_vs_full_at_k": s["test_vs_full_at_smallest_k"], "verdict_at_k": s["verdict_at_smallest_k"],
                 "rank_cost_seconds": round(cost, 2), "rank_cost_fits": round(cost / fit, 2) if fit > 0 else None,
                 "top": self.reports[name].top_k(min(5, len(self.reports[name]))),
             })
@@ -74,14 +75,16 @@ class MethodComparison:
             "test read once per model. Cost: the ranking's wall time, and in multiples of one all-features fit "
             f"({any_curve.full.seconds:.1f} s).",
             "",
-            "| method | validation AUKC | test AUKC | random test AUKC | smallest k (validation) | ranking cost s | "
-            "cost / fit | top 5 |",
-            "|---|---:|---:|---:|---:|---:|---:|---|",
+            "| method | validation AUKC | test AUKC | random test AUKC | smallest k (validation) | "
+            "test AUC - all features at k (95% CI, paired) | ranking cost s | cost / fit | top 5 |",
+            "|---|---:|---:|---:|---:|---|---:|---:|---|",
         ]
         for r in self.rows():
+            iv = r["test_vs_full_at_k"]
+            paired = f"{iv['estimate']:+.4f} [{iv['low']:+.4f}, {iv['high']:+.4f}] {r['verdict_at_k']}" if iv else ""
             lines.append(
                 f"| {r['method']} | {r['val_aukc']:.4f} | {r['test_aukc']:.4f} | {r['random_test_aukc']:.4f} | "
-                f"{r['smallest_k']} | {r['rank_cost_seconds']:.1f} | {r['rank_cost_fits']} | {', '.join(r['top'])} |"
+                f"{r['smallest_k']} | {paired} | {r['rank_cost_seconds']:.1f} | {r['rank_cost_fits']} | {', '.join(r['top'])} |"
             )
         lines += [f"\n{name}: failed: {error}" for name, error in self.failed.items()]
         return "\n".join(lines)

@@ -13,6 +13,10 @@ never used to choose. Summaries, on both splits and labelled so:
 * **smallest k within tolerance** (the choice): the smallest k whose validation AUC is at
   least the all-features model's minus ``tolerance``; ``smallest_k_test`` is the same rule on
   test, for reference only.
+* **the paired test verdict**: every top-k model's test AUC minus the all-features model's on
+  the same test rows, with DeLong's 95% interval (:func:`recsys.stats.delong`); at the chosen k,
+  ``better`` / ``worse`` only when the interval excludes zero, and ``within tolerance`` only when
+  its far end stays within ``tolerance``.
 
 Every fit is an ordinary tracked ``salience fit`` run, nested under one parent MLflow run per
 curve. Fits are memoised by feature set, so the all-features model (and any subset two
@@ -96,14 +100,24 @@ class CurvePoint:
     seconds: float = 0.0
     run_id: str | None = None
     dims: int = 0  # input dimensions of the kept features (scalar 1, id its embedding dim, vector D)
+    #: test AUC minus the all-features model's on the same rows (a recsys.stats.Interval as a dict)
+    test_vs_full: dict[str, Any] | None = None
 
 
 class FitCache:
-    """Memoises fits by feature set (order-free), so shared subsets train once."""
+    """Memoises fits by feature set (order-free), so shared subsets train once, with each fit's
+    test probabilities (float32, test-split order) for the paired comparisons."""
 
     def __init__(self) -> None:
         self._points: dict[tuple[str, ...], CurvePoint] = {}
+        self._scores: dict[tuple[str, ...], np.ndarray] = {}
+        #: the test labels every fit of the recipe scores (None until a fit kept its scores)
+        self.test_labels: np.ndarray | None = None
         self.fits = 0
+
+    def scores(self, features: Sequence[str]) -> np.ndarray | None:
+        """The test probabilities of the fit on ``features`` (None: not kept, e.g. several processes)."""
+        return self._scores.get(tuple(sorted(features)))
 
     def get(
         self, recipe: Recipe, features: Sequence[str], run_name: str, parent_run_id: str | None, tracking: bool
@@ -122,6 +136,12 @@ class FitCache:
                 seconds=result.seconds,
                 run_id=result.run_id,
             )
+            if result.test_scores is not None:
+                labels, probs = result.test_scores
+                if self.test_labels is None:
+                    self.test_labels = labels
+                if np.array_equal(labels, self.test_labels):  # the same rows in the same order
+                    self._scores[key] = probs.astype(np.float32, copy=False)
             log.info("trained on %d features: test AUC %.4f (%s)", len(features), self._points[key].test_auc, run_name)
         point = self._points[key]
         return CurvePoint(**{**asdict(point), "features": list(features)})
@@ -227,7 +247,21 @@ class SelectionCurve:
             "n_dims": self.full.dims,
             "dims_at_smallest_k": self.dims_at_smallest_k,
             "dims_removed_share": self.dims_removed_share,
+            **self._chosen_verdict(),
         }
+
+    def _chosen_verdict(self) -> dict[str, Any]:
+        """The chosen k's paired test comparison with the all-features model."""
+        k = self.smallest_k
+        chosen = next((p for p in self.points if p.k == k), None) if k is not None else None
+        interval = chosen.test_vs_full if chosen is not None else None
+        if interval is None:
+            return {"test_vs_full_at_smallest_k": None, "verdict_at_smallest_k": None, "within_tolerance_on_test": None}
+        from recsys.stats import Interval
+
+        iv = Interval(**interval)
+        return {"test_vs_full_at_smallest_k": interval, "verdict_at_smallest_k": iv.verdict(),
+                "within_tolerance_on_test": iv.no_worse_than(self.tolerance)}
 
     # -- rendering -----------------------------------------------------------------------------
     def plot(self, ax: Any = None, x: str = "k") -> Figure:
@@ -261,14 +295,17 @@ class SelectionCurve:
         return fig
 
     def to_markdown(self) -> str:
-        lines = ["| k | dims | validation AUC | test AUC | test log loss | random test AUC (mean) | features |",
-                 "|---|---|---|---|---|---|---|"]
+        lines = ["| k | dims | validation AUC | test AUC | test AUC - all features (95% CI, paired) | test log loss | "
+                 "random test AUC (mean) | features |",
+                 "|---|---|---|---|---|---|---|---|"]
         rnd = {k: [p.test_auc for pts in self.random.values() for p in pts if p.k == k] for k in self.ks}
         for p in self.points:
             r = f"{np.mean(rnd[p.k]):.4f}" if rnd.get(p.k) else ""
             chosen = " (chosen)" if p.k == self.smallest_k else ""
-            lines.append(f"| {p.k}{chosen} | {p.dims} | {p.best_val_auc:.4f} | {p.test_auc:.4f} | {p.test_logloss:.4f} | {r} | "
-                         f"{', '.join(p.features)} |")
+            iv = p.test_vs_full
+            paired = f"{iv['estimate']:+.4f} [{iv['low']:+.4f}, {iv['high']:+.4f}]" if iv else ""
+            lines.append(f"| {p.k}{chosen} | {p.dims} | {p.best_val_auc:.4f} | {p.test_auc:.4f} | {paired} | "
+                         f"{p.test_logloss:.4f} | {r} | {', '.join(p.features)} |")
         return "\n".join(lines)
 
     # -- files ----------------------------------------------------------------------------------
@@ -289,7 +326,7 @@ class SelectionCurve:
     def from_dict(cls, data: dict[str, Any]) -> SelectionCurve:
         def point(p: dict[str, Any]) -> CurvePoint:  # strict JSON stores NaN as null
             nan = float("nan")
-            values: dict[str, Any] = {k: (nan if v is None and k not in ("run_id",) else v) for k, v in p.items()}
+            values: dict[str, Any] = {k: (nan if v is None and k not in ("run_id", "test_vs_full") else v) for k, v in p.items()}
             return CurvePoint(**values)
 
         return cls(
@@ -322,6 +359,20 @@ class SelectionCurve:
         fig = self.plot()
         tracker.log_figure(fig, "selection/curve.png")
         plt.close(fig)
+
+
+def _pair_with_full(cache: FitCache, full: CurvePoint, points: Sequence[CurvePoint]) -> None:
+    """Each point's test AUC minus the all-features model's on the same rows (DeLong), when
+    both fits kept their test scores."""
+    from recsys.stats import delong
+
+    reference = cache.scores(full.features)
+    if reference is None or cache.test_labels is None:
+        return
+    for p in points:
+        scores = cache.scores(p.features)
+        if scores is not None and len(np.unique(cache.test_labels)) == 2:
+            p.test_vs_full = delong(cache.test_labels, scores, reference).to_dict()
 
 
 def selection_curve(
@@ -371,6 +422,7 @@ def selection_curve(
         done.setdefault(group, []).append(point)
     full = done["full"][0]
     points = done.get("ranked", [])
+    _pair_with_full(cache, full, [*points, *(p for group, pts in done.items() if group.startswith("random") for p in pts)])
     random = {int(seed): done[f"random{seed}"] for seed in random_seeds if f"random{seed}" in done}
     curve = SelectionCurve(report.method, report.dataset or recipe.dataset_name, ks, points, full, random, tolerance,
                            report.ranking)

@@ -1,9 +1,9 @@
 """Pieces every benchmark script shares: the result header, an isolated working folder, and the
 verdict rule every comparison of two arms goes through.
 
-The verdict rule: arm A is ``better`` (or ``worse``) than arm B only when the difference of their
-means over seeds exceeds the spread of that difference (one standard error of the difference,
-:func:`spread_of_difference`); otherwise it is a ``tie``. Over several tasks, A is better (worse)
+The verdict rule (:mod:`recsys.stats`'s): arm A is ``better`` (or ``worse``) than arm B only when
+the 95% interval of the difference of their means over seeds excludes zero (the difference beyond
+1.96 standard errors of the difference, :func:`spread_of_difference`); otherwise it is a ``tie``. Over several tasks, A is better (worse)
 only when it is better (worse) on most of them, each beyond its own spread
 (:func:`majority_verdict`). "Beats" claims need ``better``; "worse" claims need ``worse``.
 """
@@ -26,7 +26,7 @@ from recsys.stats import BETTER, TIE, WORSE  # the three outcomes of a compariso
 
 __all__ = [
     "BETTER", "TIE", "WORSE", "hardware", "hardware_text", "isolated_workdir", "majority_verdict", "result_header",
-    "spread_of_difference", "verdict", "versions",
+    "Z95", "spread_of_difference", "verdict", "versions",
 ]
 
 
@@ -48,17 +48,23 @@ def spread_of_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
     return math.hypot(se(a), se(b))
 
 
-def verdict(a: float, b: float, spread: float, lower_is_better: bool = False) -> str:
-    """``BETTER`` when ``a`` beats ``b`` by more than ``spread``, ``WORSE`` when it trails by more,
-    else ``TIE`` (a NaN anywhere is a ``TIE``: no claim without numbers)."""
+#: standard errors a difference must exceed: the half-width of a 95% normal interval
+Z95 = 1.959963984540054
+
+
+def verdict(a: float, b: float, spread: float, lower_is_better: bool = False, z: float = Z95) -> str:
+    """``BETTER`` when ``a`` beats ``b`` by more than ``z`` standard errors ``spread`` of the
+    difference (the 95% interval excludes zero), ``WORSE`` when it trails by more, else ``TIE``
+    (a NaN anywhere is a ``TIE``: no claim without numbers)."""
     if spread < 0:
         raise ValueError(f"spread must be >= 0, got {spread}")
     diff = (b - a) if lower_is_better else (a - b)
-    if not (math.isfinite(diff) and math.isfinite(spread)):
+    margin = z * spread
+    if not (math.isfinite(diff) and math.isfinite(margin)):
         return TIE
-    if diff > spread:
+    if diff > margin:
         return BETTER
-    if diff < -spread:
+    if diff < -margin:
         return WORSE
     return TIE
 

@@ -3,13 +3,41 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from experiments.benchmarks._common import hardware_text
 from recsys.io import atomic_savefig, atomic_write_text
 
-__all__ = ["render", "save"]
+__all__ = ["dims_verdict", "render", "save"]
+
+
+def dims_verdict(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Dims removed at the k chosen on validation, and whether test AUC is lost there: the chosen
+    model minus the all-features model of the same seed on the same test rows, over the seeds
+    (:mod:`recsys.stats`: each seed's DeLong interval with the seeds' spread where the curve kept
+    them, else a t interval over the seeds; one seed without scores gives no interval, a tie)."""
+    from recsys.stats import Interval, mean_interval, over_seeds
+
+    shares, diffs, paired = [], [], []
+    for r in runs:
+        s = r.get("summary")
+        if not s or s.get("smallest_k_within_tolerance") is None:
+            continue
+        curve = r["curve"]
+        k = s["smallest_k_within_tolerance"]
+        point = next(p for p in curve["points"] if p["k"] == k)
+        shares.append(float(s["dims_removed_share"] or 0.0))
+        diffs.append(float(point["test_auc"]) - float(curve["full"]["test_auc"]))
+        paired.append(point.get("test_vs_full"))
+    if not diffs:
+        return {"dims_removed_share": None, "loss": "no k chosen"}
+    iv = over_seeds([Interval(**p) for p in paired]) if all(paired) else mean_interval(diffs)
+    outcome = iv.verdict()
+    return {"dims_removed_share": sum(shares) / len(shares), "dims_removed_shares": shares, "test_auc_change": iv.estimate,
+            "test_auc_change_se": iv.se, "test_auc_change_interval": iv.to_dict(), "verdict": outcome,
+            "no_loss": outcome != "worse" and math.isfinite(iv.low)}
 
 
 def interrupted(row: dict[str, Any]) -> bool:
@@ -121,6 +149,8 @@ def _rank_table(rank: dict[str, Any]) -> list[str]:
 
 
 def render(result: dict[str, Any]) -> dict[str, Any]:
+    for method in result.get("curves", {}).get("methods", {}).values():  # the verdict rule may have changed since the run
+        method.update(dims_verdict(method.get("runs", [])))
     v = verdicts(result)
     lines = [
         "# Wide benchmark: thousands of heterogeneous, mostly-default features",
@@ -157,27 +187,39 @@ def render(result: dict[str, Any]) -> dict[str, Any]:
     if tp:
         lines += ["## Training throughput", "", f"Batch {tp['batch_size']}, the wide DCNv2 (low-rank cross network), "
                   "random batches, kernels interleaved; median samples/s.", "",
-                  "| F | tables | dense columns | input dims | train GFLOP/sample | fused | plain | fused/plain |",
-                  "|---|---|---|---|---|---|---|---|"]
+                  "| F | tables | dense columns | input dims | train GFLOP/sample | fused | grouped | plain | fused/plain | grouped/plain |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         for width, r in tp["per_width"].items():
+            grouped = r["median"].get("grouped")
             lines.append(f"| {width} | {r['tables']} | {r['dense_columns']} | {r['input_dims']} | {r['train_flops'] / 1e9:.3f} | "
-                         f"{r['median']['fused']:.0f} | {r['median']['plain']:.0f} | {r['fused_vs_plain']:.2f} |")
-        p = tp.get("profile")
-        if p:
-            ops = ", ".join(f"{k} {1e3 * s:.1f} ms" for k, s in p["op_seconds"].items())
-            lines += ["", f"Profile at F = {p['features']} ({p['backbone']}, fused kernel): step {1e3 * p['step_seconds']:.1f} ms "
-                      f"(op time: {ops}), building the batch {1e3 * p['batching_seconds']:.1f} ms; the dense arch's arithmetic is "
-                      f"{p['dense_arith_share']:.0%}, the per-feature overhead {p['per_feature_overhead_share']:.0%}.", ""]
+                         f"{r['median']['fused']:.0f} | {'' if grouped is None else f'{grouped:.0f}'} | {r['median']['plain']:.0f} | "
+                         f"{r['fused_vs_plain']:.2f} | {r.get('grouped_vs_plain', float('nan')):.2f} |")
+        lines += ["", "fused: FBGEMM's table-batched kernel (one lookup for every table, Adagrad fused into the backward); "
+                  "grouped: `model.embedding_kernel: grouped`, the tables of one width stacked into one torch `embedding_bag` "
+                  "(one lookup per width), the touched rows' Adagrad in the backward as with fused; plain: torchrec's per-table "
+                  "`EmbeddingBagCollection` (one lookup per table), Adam over every row. The dense arch trains with Adam in all three."]
+        for key in ("profile", "profile_grouped"):
+            p = tp.get(key)
+            if p:
+                ops = ", ".join(f"{k} {1e3 * s:.1f} ms" for k, s in p["op_seconds"].items())
+                note = f" ({p['note']})" if p.get("note") else ""
+                lines += ["", f"Profile at F = {p['features']} ({p['backbone']}, {p.get('kernel', 'fused')} kernel): step "
+                          f"{1e3 * p['step_seconds']:.1f} ms (op time: {ops}), building the batch {1e3 * p['batching_seconds']:.1f} ms; "
+                          f"the dense arch's arithmetic is {p['dense_arith_share']:.0%}, the per-feature overhead "
+                          f"{p['per_feature_overhead_share']:.0%}{note}."]
+        lines.append("")
     curves = result.get("curves")
     if curves:
         lines += [f"## Selection curves (F = {curves['features']}, ks {curves['ks']}, k chosen on validation)", "",
                   "| selector | recall@|signal| (per seed) | ranking cost (s) | dims removed (share, mean over seeds) | "
-                  "test AUC change at the chosen k | verdict |",
+                  "test AUC change at the chosen k (95% interval over the seeds) | verdict |",
                   "|---|---|---|---|---|---|"]
         for m, c in curves["methods"].items():
-            share, change, se = c.get("dims_removed_share"), c.get("test_auc_change"), c.get("test_auc_change_se")
+            share, change = c.get("dims_removed_share"), c.get("test_auc_change")
             shown_share = "" if share is None else f"{share:.3f}"
-            shown_change = "" if change is None else f"{change:+.4f} +/- {se if se is not None else float('nan'):.4f}"
+            iv = c.get("test_auc_change_interval") or {}
+            ends = f" [{iv['low']:+.4f}, {iv['high']:+.4f}] ({iv['method']})" if iv and iv.get("low") is not None else ""
+            shown_change = "" if change is None else f"{change:+.4f}{ends}"
             ranked = [r.get("ranking", {}) for r in c.get("runs", [])]
             recall = ", ".join(f"{r['recall']:.2f}" for r in ranked if "recall" in r)
             cost = ", ".join(f"{r['cost_seconds']:.0f}" for r in ranked if r.get("cost_seconds") is not None)
@@ -240,7 +282,7 @@ def _plot(result: dict[str, Any], path: Path) -> None:
     tp = result.get("throughput", {}).get("per_width", {})
     if tp:
         widths = sorted(tp, key=int)
-        for kernel in ("fused", "plain"):
+        for kernel in [k for k in ("fused", "grouped", "plain") if k in tp[widths[0]]["median"]]:
             axes[0].plot([int(w) for w in widths], [tp[w]["median"][kernel] for w in widths], "-o", label=kernel)
         axes[0].set_xscale("log")
         axes[0].set_xlabel("features F")

@@ -41,6 +41,7 @@ from typing import Any
 from embeddings.compress import uniform_bytes
 from embeddings.layouts import MIN_IDS, Layout, layouts_for_budget, row_schemes
 from experiments.benchmarks._common import hardware_text, isolated_workdir, result_header
+from recsys.stats import Interval
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "experiments" / "results"
@@ -64,10 +65,15 @@ TARGETS = {
 
 
 def _summary(values: list[float]) -> dict[str, float]:
+    """Mean, sample std, s.e. and the 95% t interval of the mean over seeds (``low``/``high``,
+    NaN for one seed: :func:`recsys.stats.mean_interval`)."""
+    from recsys.stats import mean_interval
+
     n = len(values)
     mean = statistics.fmean(values)
     std = statistics.stdev(values) if n > 1 else 0.0
-    return {"mean": mean, "std": std, "se": std / math.sqrt(n) if n else 0.0, "n": n}
+    iv = mean_interval(values)
+    return {"mean": mean, "std": std, "se": std / math.sqrt(n) if n else 0.0, "n": n, "low": iv.low, "high": iv.high}
 
 
 def half_dims(schema: Any) -> dict[str, int]:
@@ -216,54 +222,63 @@ def _paired(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
     return _summary([r["techniques"][a]["test"]["auc"] - r["techniques"][b]["test"]["auc"] for r in runs])
 
 
+def _interval(change: dict[str, Any]) -> Interval:
+    low, high = change.get("low"), change.get("high")
+    return Interval(change["mean"], math.nan if low is None else low, math.nan if high is None else high)
+
+
+def _ci(change: dict[str, Any]) -> str:
+    """``+0.00120 [-0.00030, +0.00270] over 3 seeds``."""
+    iv = _interval(change)
+    ends = f"[{iv.low:+.5f}, {iv.high:+.5f}]" if math.isfinite(iv.low) else "no interval"
+    return f"{iv.estimate:+.5f} {ends} over {change.get('n', '?')} seeds"
+
+
 def within(change: dict[str, float], tolerance: float, both_ways: bool = False) -> str:
-    """``met`` when the mean test AUC change stays within ``tolerance`` (a loss; with
-    ``both_ways`` a gain too), ``NOT met`` when it is outside by more than its standard error,
-    else ``inconclusive``: the seeds cannot tell."""
-    mean = -abs(change["mean"]) if both_ways else change["mean"]
-    if mean >= -tolerance:
+    """``met`` when the whole 95% interval of the mean test AUC change over seeds stays above
+    ``-tolerance`` (with ``both_ways`` also below ``+tolerance``), ``NOT met`` when the whole
+    interval is outside, else ``inconclusive``: the seeds cannot tell (one seed always is)."""
+    iv = _interval(change)
+    if iv.within(tolerance) if both_ways else iv.no_worse_than(tolerance):
         return "met"
-    return "NOT met" if mean + change["se"] < -tolerance else "inconclusive (outside, within the seed spread)"
+    outside = iv.high < -tolerance or (both_ways and iv.low > tolerance)
+    return "NOT met" if outside else "inconclusive (the interval reaches past the tolerance)"
 
 
 def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, str]:
-    """The issue's targets on one dataset that these techniques can answer (with the seed spread)."""
-    from experiments.benchmarks._common import verdict
-
+    """The issue's targets on one dataset that these techniques can answer, each judged on the 95%
+    interval over seeds of the per-seed difference (the same test rows; :mod:`recsys.stats`)."""
     out: dict[str, str] = {}
     if "int8" in summary:
         int8 = summary["int8"]
         change = int8["test_auc_change"]
         out["int8 within 0.0005 test AUC of fp32"] = (f"{within(change, TARGETS['int8_test_auc_within'], True)} "
-                                                      f"({change['mean']:+.5f} +/- {change['se']:.5f})")
+                                                      f"({_ci(change)})")
         out["int8 bytes (target ~1/4)"] = f"{int8['bytes_ratio']:.3f}x"
         lat = int8["latency_ratio"]["1"]
         out["int8 latency at batch 1 no worse than fp32"] = (f"{'met' if lat['mean'] - 1.0 <= lat['se'] else 'NOT met'} "
                                                               f"(x{lat['mean']:.2f} +/- {lat['se']:.2f})")
     if "qr" in summary and "hash" in summary:
         d = _paired(runs, "qr", "hash")
-        v = verdict(d["mean"], 0.0, d["se"])
+        v = _interval(d).verdict()
         out["qr beats hashing at equal bytes"] = (f"{'met' if v == 'better' else 'tie' if v == 'tie' else 'NOT met'} "
-                                                  f"(test AUC {d['mean']:+.5f} +/- {d['se']:.5f} at "
-                                                  f"{summary['qr']['bytes_ratio']:.3f}x)")
+                                                  f"(test AUC {_ci(d)} at {summary['qr']['bytes_ratio']:.3f}x)")
     for fixed in ("half+int4", "qr+int8"):
         if fixed not in summary:
             continue
         c = summary[fixed]
         ok = within(c["test_auc_change"], 0.001) if c["bytes_ratio"] <= TARGETS["combined_search_bytes_ratio_at_most"] else "NOT met"
         out[f"{fixed} at <= 1/8 bytes within 0.001 test AUC (a fixed combination, not the budget search)"] = (
-            f"{ok} ({c['bytes_ratio']:.3f}x, {c['test_auc_change']['mean']:+.5f} "
-            f"+/- {c['test_auc_change']['se']:.5f})")
+            f"{ok} ({c['bytes_ratio']:.3f}x, {_ci(c['test_auc_change'])})")
     if "budget" in summary:
         c = summary["budget"]
         change = c["test_auc_change"]
         out[f"budget search at {c['bytes_ratio']:.3f}x fp32 within 0.001 test AUC"] = (
-            f"{within(change, 0.001)} ({change['mean']:+.5f} +/- {change['se']:.5f}; layouts chosen: "
+            f"{within(change, 0.001)} ({_ci(change)}; layouts chosen: "
             f"{', '.join(r['budget'].get('chosen_layout', r['budget'].get('chosen_scheme', '?')) for r in runs)})")
         single = [t for t in summary if t not in ("budget", "chosen_on_validation", "fp32")
                   and summary[t]["embedding_bytes"] <= c["embedding_bytes"] * 1.0001]
-        beaten = [t for t in single if verdict(c["test_auc"]["mean"], summary[t]["test_auc"]["mean"],
-                                               math.hypot(c["test_auc"]["se"], summary[t]["test_auc"]["se"])) == "better"]
+        beaten = [t for t in single if _interval(_paired(runs, "budget", t)).verdict() == "better"]  # paired by seed
         # the technique the search itself chose on every seed (the same model: nothing to beat)
         same = [t for t in single if t not in beaten and all(
             r["techniques"][t]["test"]["auc"] == r["techniques"]["budget"]["test"]["auc"] for r in runs)]
@@ -433,6 +448,7 @@ def _render(out: Path, argv: list[str] | None) -> int:
         raise SystemExit(f"--render: no {path} to render")
     result = json.loads(path.read_text())
     for d in result["datasets"].values():
+        d["summary"] = summarize(d["runs"], float(result.get("tolerance", 0.001)))  # intervals added since
         d["verdicts"] = verdicts(d["summary"], d["runs"])
     result["rendered_by"] = "python -m experiments.benchmarks.compress " + " ".join(argv if argv is not None else sys.argv[1:])
     atomic_write_json(path, result, default=str)

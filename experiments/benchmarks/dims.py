@@ -36,14 +36,9 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from experiments.benchmarks._common import (
-    hardware_text,
-    isolated_workdir,
-    result_header,
-    spread_of_difference,
-    verdict,
-)
+from experiments.benchmarks._common import hardware_text, isolated_workdir, result_header
 from recsys.io import atomic_savefig, atomic_write_text
+from recsys.stats import TIE, WORSE, Interval
 
 if TYPE_CHECKING:
     from recsys.models.base import RankingModel
@@ -83,18 +78,31 @@ def _point(method: str, seed: int, params: int, test_auc: float, test_logloss: f
             "test_logloss": float(test_logloss), "seconds": round(float(seconds), 2), "dims": dict(dims), **extra}
 
 
-def _fit_point(recipe: Any, plan: Any, method: str, seed: int, **extra: Any) -> dict[str, Any]:
+#: (labels, probabilities) of one model's test pass, row for row
+Scores = tuple[np.ndarray, np.ndarray]
+
+
+def _fit_point(recipe: Any, plan: Any, method: str, seed: int, **extra: Any) -> tuple[dict[str, Any], Scores | None]:
     fit = recipe.fit(extra_args=plan.to_config_overrides(), seed=seed, tracking=False, run_name=f"{method}-s{seed}")
     m = fit.metrics
-    return _point(method, seed, fit.task.model.embedding_parameters(), m.get("test_auc", float("nan")),
-                  m.get("test_logloss", float("nan")), fit.seconds, plan.dims,
-                  plan_parameters=int(plan.num_parameters(recipe.schema)), **extra)
+    point = _point(method, seed, fit.task.model.embedding_parameters(), m.get("test_auc", float("nan")),
+                   m.get("test_logloss", float("nan")), fit.seconds, plan.dims,
+                   plan_parameters=int(plan.num_parameters(recipe.schema)), **extra)
+    return point, fit.test_scores
+
+
+def _paired(point: dict[str, Any], key: str, scores: Scores | None, reference: Scores | None) -> None:
+    """``point[key]``: DeLong's interval of the model's test AUC minus ``reference``'s on the same rows."""
+    from recsys.stats import delong
+
+    if scores is not None and reference is not None and np.array_equal(scores[0], reference[0]):
+        point[key] = delong(scores[0], scores[1], reference[1]).to_dict()
 
 
 def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str, Any]:
     """Every method and seed of one (dataset, arch) run."""
     from embeddings import DNIS, IHAS, MDEDims, budget_of, uniform_plan
-    from embeddings.cli import evaluate_logits
+    from recsys.train.evaluation import evaluate_with_scores
     from recsys.train.recipe import Recipe
 
     s = RUNS[key]
@@ -113,20 +121,28 @@ def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str,
     start = time.perf_counter()
     mde = MDEDims(alpha=0.3).search(recipe, budget=budget)  # deterministic: one plan for all seeds
     for seed in seeds:
+        scores: dict[str, Scores | None] = {}
         for d in UNIFORM_DIMS:
-            points.append(_fit_point(recipe, uniform_plan(schema, d), f"uniform-{d}", seed))
+            p, scores[f"uniform-{d}"] = _fit_point(recipe, uniform_plan(schema, d), f"uniform-{d}", seed)
+            points.append(p)
             _log(key, points[-1])
         plain_seconds = points[-1]["seconds"]  # uniform-16: the plain training run
-        points.append(_fit_point(recipe, mde, "mde", seed))
+        ref = scores[f"uniform-{REFERENCE_DIM}"]
+        for d in UNIFORM_DIMS:
+            _paired(points[-len(UNIFORM_DIMS) + UNIFORM_DIMS.index(d)], "test_vs_uniform16", scores[f"uniform-{d}"], ref)
+        p, scores["mde"] = _fit_point(recipe, mde, "mde", seed)
+        _paired(p, "test_vs_uniform16", scores["mde"], ref)
+        points.append(p)
         _log(key, points[-1])
 
         # DNIS: search, cut to the budget, retrain through salience fit
         t = time.perf_counter()
         plan = DNIS(seed=seed, **dnis_opts).search(recipe, budget=budget)
         search_seconds = time.perf_counter() - t
-        p = _fit_point(recipe, plan, "dnis", seed, search_seconds=round(search_seconds, 2),
-                       search_vs_plain_run=round(search_seconds / plain_seconds, 2),
-                       total_vs_plain_run=None)
+        p, scores["dnis"] = _fit_point(recipe, plan, "dnis", seed, search_seconds=round(search_seconds, 2),
+                                       search_vs_plain_run=round(search_seconds / plain_seconds, 2),
+                                       total_vs_plain_run=None)
+        _paired(p, "test_vs_uniform16", scores["dnis"], ref)
         p["total_vs_plain_run"] = round((search_seconds + p["seconds"]) / plain_seconds, 2)
         points.append(p)
         _log(key, p)
@@ -142,13 +158,15 @@ def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str,
         t = time.perf_counter()
         routed = search.retrain(recipe, plan, gate_model)
         retrain_seconds = time.perf_counter() - t
-        test = evaluate_logits(routed, recipe.datamodule.prepared.splits["test"])
+        test, labels, probs = evaluate_with_scores(routed, recipe.datamodule.prepared.splits["test"])
         params = sum(int(cast("RankingModel", m).embedding_parameters()) for m in routed.models)
         p = _point("ihas", seed, params, test["auc"], test["logloss"], retrain_seconds, plan.dims,
                    plan_parameters=int(plan.num_parameters(schema)), clusters=len(routed.models),
                    search_seconds=round(search_seconds, 2),
                    search_vs_plain_run=round(search_seconds / plain_seconds, 2),
                    total_vs_plain_run=round((search_seconds + retrain_seconds) / plain_seconds, 2))
+        _paired(p, "test_vs_uniform16", (labels, probs), ref)
+        _paired(p, "test_vs_dnis", (labels, probs), scores["dnis"])
         points.append(p)
         _log(key, p)
         searches["ihas"].append({"seed": seed, "clusters": {str(c): d for c, d in plan.clusters.items()},
@@ -170,7 +188,7 @@ def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str,
         "budget": budget,
         "seconds": round(time.perf_counter() - start, 1),
         "summary": summary,
-        "verdicts": _verdicts(summary),
+        "verdicts": _verdicts(summary, points),
         "points": points,
         "searches": searches,
     }
@@ -194,12 +212,12 @@ def _summarise(points: list[dict[str, Any]], reference: int) -> dict[str, dict[s
         delta = np.array([p["test_auc"] - ref_auc[p["seed"]] for p in ps])  # paired by seed
         row = {
             "embedding_parameters_mean": float(params.mean()),
-            "embedding_parameters_std": float(params.std()),
+            "embedding_parameters_std": _std(params),
             "parameter_ratio": float(params.mean() / reference),
             "test_auc_mean": float(auc.mean()),
-            "test_auc_std": float(auc.std()),
+            "test_auc_std": _std(auc),
             "auc_delta_vs_uniform16_mean": float(delta.mean()),
-            "auc_delta_vs_uniform16_std": float(delta.std()),
+            "auc_delta_vs_uniform16_std": _std(delta),
             "test_logloss_mean": float(np.mean([p["test_logloss"] for p in ps])),
             "seeds": len(ps),
             "seconds_mean": float(np.mean([p["seconds"] for p in ps])),
@@ -212,29 +230,51 @@ def _summarise(points: list[dict[str, Any]], reference: int) -> dict[str, dict[s
     return out
 
 
-def _verdicts(summary: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The targets (mean test AUC within the tolerance; at least DNIS's) and, beside them, the
-    comparisons under the shared rule: better or worse only beyond the s.e. of the difference over
-    seeds (paired by seed against uniform-16), else a tie."""
-    ref, dnis, ihas = summary[f"uniform-{REFERENCE_DIM}"], summary["dnis"], summary["ihas"]
-    dnis_ok = (dnis["test_auc_mean"] >= ref["test_auc_mean"] - TARGETS["dnis_auc_tolerance_vs_uniform16"]
-               and dnis["parameter_ratio"] <= TARGETS["dnis_parameter_ratio_max"])
-    def sample(row: dict[str, Any], key: str) -> dict[str, float]:
-        """``{"std", "n"}`` with the sample std (the summary's is ``np.std``, ddof=0)."""
-        n = int(row.get("seeds") or 1)
-        return {"std": row[key] * (n / (n - 1)) ** 0.5 if n > 1 else 0.0, "n": n}
+def _std(values: np.ndarray) -> float:
+    """The sample standard deviation over seeds (ddof=1, as the other benchmarks; 0 for one seed)."""
+    return float(values.std(ddof=1)) if values.size > 1 else 0.0
 
-    paired = spread_of_difference(sample(dnis, "auc_delta_vs_uniform16_std"), {})
-    unpaired = spread_of_difference(sample(ihas, "test_auc_std"), sample(dnis, "test_auc_std"))
+
+def _difference(points: list[dict[str, Any]], method: str, other: str, key: str) -> Interval | None:
+    """``method - other`` in test AUC over seeds, paired by seed: the per-seed DeLong intervals
+    on the same test rows (``point[key]``) combined with the seeds' spread (:func:`recsys.stats.over_seeds`);
+    for a run that kept no test scores, a paired t over the seeds alone (the row variance they
+    share is then missing: the interval is too narrow). None with fewer than two seeds and no scores."""
+    from recsys.stats import over_seeds, paired_mean_difference
+
+    mine = {p["seed"]: p for p in points if p["method"] == method}
+    theirs = {p["seed"]: p for p in points if p["method"] == other}
+    seeds = sorted(set(mine) & set(theirs))
+    rows = [mine[s].get(key) for s in seeds]
+    if seeds and all(rows):
+        return over_seeds([Interval(**r) for r in rows if r])
+    if len(seeds) < 2:
+        return None
+    return paired_mean_difference([mine[s]["test_auc"] for s in seeds], [theirs[s]["test_auc"] for s in seeds])
+
+
+def _verdicts(summary: dict[str, dict[str, Any]], points: list[dict[str, Any]]) -> dict[str, Any]:
+    """The targets under the shared rule (:mod:`recsys.stats`): DNIS within the tolerance of
+    uniform-16 only when the 95% interval of the paired difference stays above -tolerance (and
+    the parameters are at most half); iHAS matches DNIS unless the interval says worse; better /
+    worse only when the interval excludes zero, else a tie."""
+    ref, dnis, ihas = summary[f"uniform-{REFERENCE_DIM}"], summary["dnis"], summary["ihas"]
+    tol = TARGETS["dnis_auc_tolerance_vs_uniform16"]
+    d_vs_u = _difference(points, "dnis", f"uniform-{REFERENCE_DIM}", "test_vs_uniform16")
+    i_vs_d = _difference(points, "ihas", "dnis", "test_vs_dnis")
+    dnis_ok = (d_vs_u is not None and d_vs_u.no_worse_than(tol)
+               and dnis["parameter_ratio"] <= TARGETS["dnis_parameter_ratio_max"])
+    ihas_vs_dnis = i_vs_d.verdict() if i_vs_d is not None else TIE
     return {
         "dnis_matches_uniform16_at_half": bool(dnis_ok),
-        "dnis_vs_uniform16": verdict(dnis["auc_delta_vs_uniform16_mean"], 0.0, paired),
-        "dnis_vs_uniform16_se": paired,
-        "ihas_matches_dnis": bool(ihas["test_auc_mean"] >= dnis["test_auc_mean"]),
-        "ihas_vs_dnis": verdict(ihas["test_auc_mean"], dnis["test_auc_mean"], unpaired),
-        "ihas_vs_dnis_se": unpaired,
+        "dnis_vs_uniform16": d_vs_u.verdict() if d_vs_u is not None else TIE,
+        "dnis_vs_uniform16_interval": None if d_vs_u is None else d_vs_u.to_dict(),
+        "ihas_matches_dnis": ihas_vs_dnis != WORSE,
+        "ihas_vs_dnis": ihas_vs_dnis,
+        "ihas_vs_dnis_interval": None if i_vs_d is None else i_vs_d.to_dict(),
         "ihas_minus_dnis_auc": ihas["test_auc_mean"] - dnis["test_auc_mean"],
         "ihas_over_dnis_parameters": ihas["embedding_parameters_mean"] / dnis["embedding_parameters_mean"],
+        "uniform16_test_auc": ref["test_auc_mean"],
     }
 
 
@@ -282,12 +322,16 @@ def _pm(mean: float, std: float, digits: int = 4) -> str:
 
 
 def _se(v: dict[str, Any], key: str) -> str:
-    """`` (s.e. x, tie)``: the spread and the verdict of a comparison, when the result has them."""
-    return f" (s.e. {v[key + '_se']:.4f}, {v[key]})" if key in v else ""
+    """`` (95% interval [a, b] (how), tie)``: the interval and the verdict of a comparison, when the result has them."""
+    iv = v.get(key + "_interval")
+    if not iv:
+        return f" (no interval: one seed, no test scores; {v.get(key, TIE)})"
+    how = "DeLong per seed + seed spread" if iv["method"] in ("seeds", "delong") else "paired t over seeds, no row variance"
+    return f" (95% interval [{iv['low']:+.4f}, {iv['high']:+.4f}], {how}; {v[key]})"
 
 
 def _with_verdict(key: str, v: dict[str, Any]) -> str:
-    return f"{key} ({v['ihas_vs_dnis']} within the s.e.)" if v.get("ihas_vs_dnis") == "tie" else key
+    return f"{key} ({v['ihas_vs_dnis']}: the interval includes zero)" if v.get("ihas_vs_dnis") == "tie" else key
 
 
 def to_markdown(result: dict[str, Any]) -> str:
@@ -300,10 +344,12 @@ def to_markdown(result: dict[str, Any]) -> str:
         "",
         f"Budget of mde, dnis and ihas: half of the uniform-16 model's embedding parameters. Targets: DNIS test AUC "
         f">= uniform-16's - {TARGETS['dnis_auc_tolerance_vs_uniform16']} with <= {TARGETS['dnis_parameter_ratio_max']}x "
-        "its embedding parameters; iHAS test AUC >= DNIS's at the same budget on at least one run. Means +/- std over "
-        "seeds; the AUC delta is paired by seed. A comparison is better or worse only beyond the standard error of "
-        "the difference over seeds (paired against uniform-16), else a tie. Cost: search seconds / the seconds of one "
-        "plain training run "
+        "its embedding parameters; iHAS test AUC >= DNIS's at the same budget on at least one run. Means +/- sample std "
+        "(ddof=1) over seeds; the AUC delta is paired by seed. Verdicts (recsys.stats): DNIS is within the tolerance "
+        "only when the 95% interval of its paired difference with uniform-16 stays above -tolerance; a comparison is "
+        "better or worse only when that interval excludes zero, else a tie; iHAS matches DNIS unless it is worse. "
+        "Runs that kept per-row test scores combine DeLong's interval per seed with the seeds' spread; older runs "
+        "have a paired t over seeds only. Cost: search seconds / the seconds of one plain training run "
         "(uniform-16, same seed and epochs); for iHAS the retraining of the cluster models replaces the plain retrain.",
         "",
         "![parameters vs AUC](dims.png)",
@@ -371,16 +417,15 @@ def _overall(runs: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def _render(path: Path) -> int:
-    """Recompute the verdicts of a results JSON from its summaries; rewrite it and its markdown."""
+    """Recompute the summaries and verdicts of a results JSON from its per-seed points; rewrite it and its markdown."""
     import json
 
     from recsys.io import atomic_write_json
 
     result = json.loads(path.read_text())
     for run in result["runs"].values():
-        for row in run["summary"].values():
-            row.setdefault("seeds", len(run["seeds"]))
-        run["verdicts"] = _verdicts(run["summary"])
+        run["summary"] = _summarise(run["points"], run["reference_parameters"])
+        run["verdicts"] = _verdicts(run["summary"], run["points"])
     if result["runs"]:
         result["overall"] = _overall(result["runs"])
     atomic_write_json(path, result)

@@ -211,7 +211,7 @@ def _summarise(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def _compare(s: dict[str, Any], arm: str, other: str, metric: str) -> str:
-    """``arm`` against ``other`` on the mean of ``metric`` over seeds, beyond the s.e. of the difference."""
+    """``arm`` against ``other`` on the mean of ``metric`` over seeds, beyond 1.96 s.e. (the 95% interval) of the difference."""
     a = {**s[arm][metric], "n": s[arm]["seeds"]}
     b = {**s[other][metric], "n": s[other]["seeds"]}
     if a["mean"] is None or b["mean"] is None:  # an empty head/tail group
@@ -337,9 +337,9 @@ def to_markdown(result: dict[str, Any]) -> str:
         if v:
             lines += [
                 "",
-                f"- multi-target beats plain CE (mean over seeds, beyond the s.e. of the difference; within it a "
+                f"- multi-target beats plain CE (mean over seeds, beyond 1.96 s.e. (the 95% interval) of the difference; within it a "
                 f"tie): {v['multi_beats_plain']} -> {'met' if v['multi_beats_plain_met'] else 'NOT met'}",
-                f"- weighted arms that improve tail Recall@10 over plain beyond the s.e.: "
+                f"- weighted arms that improve tail Recall@10 over plain beyond 1.96 s.e. (the 95% interval): "
                 f"{v['tail_recall@10_improved_by'] or 'none'}{_tail_detail(v)} -> "
                 f"{'met' if v['tail_target_met'] else 'NOT met'}",
             ]

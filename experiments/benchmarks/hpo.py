@@ -20,9 +20,9 @@ Three parts (``--parts``, default all), every study in memory, seeds 0..N-1 (``-
   importances with the true ``a_j`` over all d parameters and the top-k recall (k = max(1, d // 5)).
   Reported: mean and standard error (std / sqrt(n)) of final regret and AUC per (function, d,
   method), average ranks, mean log-regret curves with s.e. bands (``hpo.png``), and the targets:
-  GIF's mean final regret below TPE's by more than the s.e. of the difference on every function at
-  d = 30 and 50; at d = 5 GIF not worse than TPE by more than one s.e. (of the difference); every
-  ablation worse than full GIF at d >= 30 (its mean final regret above GIF's by more than the s.e.
+  GIF's mean final regret below TPE's by more than 1.96 s.e. of the difference (the 95% interval)
+  on every function at d = 30 and 50; at d = 5 GIF not worse than TPE by more than 1.96 s.e.; every
+  ablation worse than full GIF at d >= 30 (its mean final regret above GIF's by more than 1.96 s.e.
   of the difference on most of those tasks; the geometric mean of the ratio ablation / GIF is
   reported beside); mean importance Spearman of GIF > 0.8. Every comparison follows the rule of
   ``experiments.benchmarks._common``: a difference within the s.e. is a tie, never a win.
@@ -310,7 +310,7 @@ def analytic_checks(summary: dict[str, Any]) -> dict[str, Any]:
         return all(m in t["methods"] for m in methods)
 
     def compare(t: dict[str, Any], a: str, b: str) -> str:
-        """``a`` against ``b`` on one task's mean final regret (lower is better), beyond the s.e."""
+        """``a`` against ``b`` on one task's mean final regret (lower is better), beyond 1.96 s.e. (the 95% interval)"""
         fa, fb = t["methods"][a]["final"], t["methods"][b]["final"]
         return verdict(fa["mean"], fb["mean"], spread_of_difference(fa, fb), lower_is_better=True)
 
@@ -591,27 +591,27 @@ def to_markdown(result: dict[str, Any], png: str = "hpo.png") -> str:
             lines.append(f"| {method} | {r['final'][method]} | {r['auc'][method]} | {by_dim} |")
         c = a["checks"]
         lines += ["", "### Targets", ""]
-        lines.append("A comparison counts only beyond the standard error of the difference of the means; "
-                     "within it, it is a tie.")
+        lines.append("A comparison counts only when the 95% interval of the difference of the means excludes zero "
+                     "(beyond 1.96 standard errors of the difference); within it, it is a tie.")
         lines.append("")
         if "gif_beats_tpe_high_d" in c:
             v = c["gif_beats_tpe_high_d"]
             not_won = [f"{k} ({o})" for k, o in v["per_task"].items() if o != "better"]
-            lines.append(f"- GIF mean final regret below TPE's beyond the s.e. at d = 30, 50: won {v['wins']}, tied "
+            lines.append(f"- GIF mean final regret below TPE's beyond 1.96 s.e. (the 95% interval) at d = 30, 50: won {v['wins']}, tied "
                          f"{v['ties']}, lost {v['losses']} of {v['tasks']} tasks -> {_met(v['met'])}"
                          + (f" (not won: {', '.join(not_won)})" if not_won else ""))
         if "gif_competitive_low_d" in c:
             v = c["gif_competitive_low_d"]
             cells = ", ".join(f"{k} {p['gif_minus_tpe']:+.3g} (s.e. {p['se']:.2g}, {p['verdict']})"
                               for k, p in v["per_task"].items())
-            lines.append(f"- GIF not worse than TPE beyond one s.e. at d = 5 (GIF - TPE mean final regret): {cells} -> "
+            lines.append(f"- GIF not worse than TPE beyond 1.96 s.e. at d = 5 (GIF - TPE mean final regret): {cells} -> "
                          f"{_met(v['met'])}")
         if "ablations_worse_than_gif" in c:
             v = c["ablations_worse_than_gif"]
-            cells = ", ".join(f"{k}: {p['verdict']} (worse beyond the s.e. on {p['worse_on']}/{p['tasks']} tasks, "
+            cells = ", ".join(f"{k}: {p['verdict']} (worse beyond 1.96 s.e. (the 95% interval) on {p['worse_on']}/{p['tasks']} tasks, "
                               f"better on {p['better_on']}; geometric mean ratio x{p['geo_mean_ratio_vs_gif']:.3g})"
                               for k, p in v["per_ablation"].items())
-            lines.append(f"- every ablation worse than GIF at d >= 30 (mean final regret above GIF's beyond the s.e. "
+            lines.append(f"- every ablation worse than GIF at d >= 30 (mean final regret above GIF's beyond 1.96 s.e. (the 95% interval) "
                          f"on most tasks): {cells} -> {_met(v['met'])}")
         if "gif_importance_spearman" in c:
             v = c["gif_importance_spearman"]
@@ -648,7 +648,7 @@ def to_markdown(result: dict[str, Any], png: str = "hpo.png") -> str:
             lines.append(f"| {m} | {_fmt(b['mean_score'][m])} | {auc:.3g} | {rank} | {sec:.2f} |")
         if "gif_competitive_with_tpe" in b["checks"]:
             v = b["checks"]["gif_competitive_with_tpe"]
-            lines += ["", f"- GIF not worse than TPE beyond one s.e. (mean score difference "
+            lines += ["", f"- GIF not worse than TPE beyond 1.96 s.e. (mean score difference "
                           f"{v['gif_minus_tpe_mean_score']:+.2f}, s.e. {v['se']:.2f}: {v['verdict']}) -> {_met(v['met'])}"]
         lines.append("")
     f = result.get("frappe")

@@ -7,8 +7,10 @@ Runs the committed pipeline config from scratch in an isolated working folder (i
 store) and writes ``experiments/results/pipeline.{json,md}``: every stage's wall time and the
 comparison of the original and the final model (features, embedding parameters, test AUC and log
 loss, export size, exported-model latency at batch 1 and 1024), with the issue's targets: fewer
-features, fewer embedding parameters, test AUC within 0.002 of the original (a final model that
-is better by more than that counts as met). The HTML report is copied next to the results. Paths
+features, fewer embedding parameters, test AUC within 0.002 of the original, judged on DeLong's
+95% interval of the paired difference on the same test rows: met only when its lower end is above
+-0.002 (non-inferiority; a final model better beyond the interval also meets it). A run whose test
+pass kept no scores falls back to the point estimate and says "unpaired". The HTML report is copied next to the results. Paths
 in the JSON and the report are relative to the repository or to the pipeline's temporary output
 folder.
 """
@@ -31,13 +33,26 @@ TARGETS = {"fewer_features": True, "fewer_embedding_parameters": True, "test_auc
 
 
 def verdicts(compare: dict[str, Any]) -> dict[str, bool]:
-    """The issue's targets, from the compare stage's result."""
+    """The issue's targets, from the compare stage's result (its paired interval where it has one)."""
+    from recsys.stats import Interval
+
     d = compare["delta"]
+    interval = compare.get("test_auc_interval")
+    tol = TARGETS["test_auc_within"]
+    within = (Interval(**interval).no_worse_than(tol) if interval
+              else abs(d["test_auc"]) <= tol or d["test_auc"] > 0)
     return {
         "fewer_features": d["n_features"] < 0,
         "fewer_embedding_parameters": d["embedding_parameters"] < 0,
-        "test_auc_within": abs(d["test_auc"]) <= TARGETS["test_auc_within"] or d["test_auc"] > 0,
+        "test_auc_within": within,
     }
+
+
+def _interval_text(compare: dict[str, Any]) -> str:
+    iv = compare.get("test_auc_interval")
+    if not iv:
+        return "unpaired, one run each "
+    return f"[{iv['low']:+.4f}, {iv['high']:+.4f}] 95% paired on {iv['n']:,} test rows (DeLong), {compare.get('verdict')}; "
 
 
 def to_markdown(result: dict[str, Any]) -> str:
@@ -60,7 +75,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"| features | {o['n_features']} | {f['n_features']} | {d['n_features']:+d} ({ok('fewer_features')}) |",
         f"| embedding parameters | {o['embedding_parameters']:,} | {f['embedding_parameters']:,} | "
         f"x{d['embedding_parameters_ratio']:.3f} ({ok('fewer_embedding_parameters')}) |",
-        f"| test AUC | {o['test_auc']:.4f} | {f['test_auc']:.4f} | {d['test_auc']:+.4f} "
+        f"| test AUC | {o['test_auc']:.4f} | {f['test_auc']:.4f} | {d['test_auc']:+.4f} {_interval_text(c)}"
         f"(not more than {TARGETS['test_auc_within']} below: {ok('test_auc_within')}) |",
         f"| test log loss | {o['test_logloss']:.4f} | {f['test_logloss']:.4f} | {d['test_logloss']:+.4f} |",
         f"| export size (KB) | {o['export_bytes'] / 1024:,.0f} | {f['export_bytes'] / 1024:,.0f} | "

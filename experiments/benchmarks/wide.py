@@ -47,7 +47,8 @@ from typing import Any
 
 import numpy as np
 
-from experiments.benchmarks._common import TIE, hardware_text, result_header, verdict
+from experiments.benchmarks._common import hardware_text, result_header
+from experiments.benchmarks._wide_report import dims_verdict
 from recsys.io import atomic_write_text
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -305,7 +306,9 @@ def part_throughput(widths: list[int], steps: int, repeats: int, batch: int) -> 
     for f in widths:
         out["per_width"][str(f)] = samples_per_second(f, steps, repeats, batch)
         print(f"throughput F={f}: {out['per_width'][str(f)]['median']}", flush=True)
-    out["profile"] = profile_shares(1000 if 1000 in widths else widths[0], batch)
+    at = 1000 if 1000 in widths else widths[0]
+    out["profile"] = profile_shares(at, batch)
+    out["profile_grouped"] = profile_shares(at, batch, kernel="grouped")
     return out
 
 
@@ -324,31 +327,9 @@ def part_curves(root: Path, rank: dict[str, Any], rows: int, ks: str, seeds: int
             curve = run_worker(root, data, "curve", seed=seed, epochs=epochs, quick=quick, timeout=timeout * 4,
                                report=Path(ranked["report"]), ks=ks)
             runs.append({"ranking": {k: v for k, v in ranked.items() if k != "report"}, **curve})
-        out["methods"][m] = {"runs": runs, **_dims_verdict(runs)}
+        out["methods"][m] = {"runs": runs, **dims_verdict(runs)}
         print(f"curves {m}: {out['methods'][m].get('dims_removed_share')}", flush=True)
     return out
-
-
-def _dims_verdict(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    """Dims removed at the k chosen on validation, and whether test AUC is lost there (over the
-    seeds, against the all-features model of the same seed on the same test rows)."""
-    shares, diffs = [], []
-    for r in runs:
-        s = r.get("summary")
-        if not s or s.get("smallest_k_within_tolerance") is None:
-            continue
-        curve = r["curve"]
-        k = s["smallest_k_within_tolerance"]
-        point = next(p for p in curve["points"] if p["k"] == k)
-        shares.append(float(s["dims_removed_share"] or 0.0))
-        diffs.append(float(point["test_auc"]) - float(curve["full"]["test_auc"]))
-    if not diffs:
-        return {"dims_removed_share": None, "loss": "no k chosen"}
-    mean = float(np.mean(diffs))
-    se = float(np.std(diffs, ddof=1) / math.sqrt(len(diffs))) if len(diffs) > 1 else float("nan")
-    outcome = verdict(mean, 0.0, se if math.isfinite(se) else 0.0)
-    return {"dims_removed_share": float(np.mean(shares)), "dims_removed_shares": shares, "test_auc_change": mean,
-            "test_auc_change_se": se, "verdict": outcome, "no_loss": outcome != "worse" and len(diffs) > 1}
 
 
 def part_pipeline(root: Path, rows: int, epochs: int, quick: bool, timeout: int) -> dict[str, Any]:

@@ -31,7 +31,10 @@ def format_summary(results: dict[str, dict[str, Any]], output: str) -> str:
         lines.append(f"{'':<24}{'original':>14}{'final':>14}{'change':>10}")
         lines += [f"{r[0]:<24}{r[1]:>14}{r[2]:>14}{r[3]:>10}" for r in rows]
         verdict = "within" if compare["within_tolerance"] else "NOT within"
-        lines.append(f"final test AUC {verdict} {compare['auc_tolerance']:g} of the original; "
+        interval = compare.get("test_auc_interval")
+        paired = (f" (change {interval['estimate']:+.4f}, 95% interval [{interval['low']:+.4f}, {interval['high']:+.4f}] "
+                  f"on the same {interval['n']:,} test rows, DeLong)" if interval else " (one run each, unpaired)")
+        lines.append(f"final test AUC {verdict} {compare['auc_tolerance']:g} of the original{paired}; "
                      f"kept features: {', '.join(f['features'])}")
     report = results.get("report", {}).get("report")
     lines.append(f"results: {output}")

@@ -137,7 +137,8 @@ class CompareConfig:
     """The final comparison of the original and the final model.
 
     Args:
-        auc_tolerance: the final model should be within this test AUC of the original.
+        auc_tolerance: the final model should be within this test AUC of the original, judged at the
+            far end of the 95% interval of the paired difference on the same test rows (DeLong).
         parity_tolerance: largest allowed |eager - exported| of either export.
         latency_batches: batch sizes of the exported-model latency.
         latency_repeats: timed calls per batch size (after warm-up).

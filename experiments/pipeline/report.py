@@ -197,6 +197,12 @@ def _compare(out: Path) -> str | None:
     auc_line = (f"final test AUC {_num(final.get('test_auc'))} vs original {_num(orig.get('test_auc'))} "
                 f"(change {_diff(final.get('test_auc'), orig.get('test_auc'))})")
     within = compare.get("within_tolerance")
+    interval = compare.get("test_auc_interval")
+    if interval:  # DeLong's interval of the paired difference on the same test rows
+        auc_line += (f", 95% interval [{interval['low']:+.4f}, {interval['high']:+.4f}] on the same "
+                     f"{interval['n']:,} test rows (DeLong): {compare.get('verdict')}")
+    elif within is not None:
+        auc_line += ", one run each, no paired interval (the test pass kept no scores)"
     if within is None:
         verdict = _p(f"{auc_line}; no verdict: the compare stage did not run", "muted")
     else:

@@ -20,19 +20,22 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from experiments.pipeline.config import PipelineConfig
-from recsys.io import atomic_savefig, atomic_write_text
+from recsys.io import atomic_path, atomic_savefig, atomic_write_text
 
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
+    from recsys.stats import Interval
     from recsys.tracking import RunTracker
     from recsys.train.recipe import Recipe
 
-__all__ = ["STAGES", "StageContext", "StageError", "exported_latency", "export_bytes"]
+__all__ = ["STAGES", "TEST_SCORES", "StageContext", "StageError", "exported_latency", "export_bytes", "paired_auc"]
 
 log = logging.getLogger(__name__)
 
 #: test rows the latency measurement draws its batches from when the data is streamed
 LATENCY_SAMPLE_ROWS = 65_536
+#: the original and final stages' test labels and probabilities, row for row (the paired comparison's input)
+TEST_SCORES = "test_scores.npz"
 
 
 class StageError(RuntimeError):
@@ -340,6 +343,11 @@ def _fit_and_measure(ctx: StageContext, config: Any, name: str) -> dict[str, Any
                              "embedding_parameters": summary["embedding_parameters"],
                              "export_bytes": summary["export_bytes"],
                              **{f"latency_ms_b{b}": v["median"] for b, v in latency.items()}})
+    if fit.test_scores is not None:  # the rows of the paired comparison (compare stage)
+        labels, scores = fit.test_scores
+        with atomic_path(ctx.folder / TEST_SCORES) as tmp, open(tmp, "wb") as fh:
+            np.savez(fh, labels=labels, scores=scores)
+        summary["test_scores"] = TEST_SCORES
     if name == "final" and ctx.config.compress.enabled:
         summary["compressed"] = _compress(ctx, fit, test)
     return summary
@@ -479,10 +487,32 @@ def run_compare(ctx: StageContext) -> dict[str, Any]:
             "test_auc": c["test_auc"] - original["test_auc"],
             "export_bytes_ratio": c["export_bytes"] / max(original["export_bytes"], 1),
         }
-    within = bool(delta["test_auc"] >= -tol)
+    paired = paired_auc(ctx.folder.parent / "final" / TEST_SCORES, ctx.folder.parent / "original" / TEST_SCORES)
+    if paired is not None:  # the final model's AUC minus the original's on the same test rows (DeLong)
+        within, verdict = paired.no_worse_than(tol), paired.verdict()
+    else:  # a test pass on several processes keeps no scores: the point estimates only
+        within, verdict = bool(delta["test_auc"] >= -tol), "unpaired"
     ctx.tracker.log_metrics({"delta_test_auc": delta["test_auc"], "parameters_ratio": delta["embedding_parameters_ratio"]})
     return {"original": original, "final": final, "delta": delta, "auc_tolerance": tol, "within_tolerance": within,
+            "test_auc_interval": None if paired is None else paired.to_dict(), "verdict": verdict,
             "smaller": bool(delta["n_features"] < 0 and delta["embedding_parameters"] < 0)}
+
+
+def paired_auc(scores_a: Path, scores_b: Path) -> Interval | None:
+    """AUC(A) - AUC(B) with DeLong's 95% interval, from two ``test_scores.npz`` of the same
+    test rows (None when either is missing).
+
+    Raises:
+        StageError: the files hold different rows (other labels or another count).
+    """
+    from recsys.stats import delong
+
+    if not (scores_a.is_file() and scores_b.is_file()):
+        return None
+    with np.load(scores_a) as a, np.load(scores_b) as b:
+        if a["labels"].shape != b["labels"].shape or not np.array_equal(a["labels"], b["labels"]):
+            raise StageError(f"{scores_a} and {scores_b} score different test rows: no paired comparison")
+        return delong(a["labels"], a["scores"], b["scores"])
 
 
 # -- 9. the report ----------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ import math
 import os
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from experiments.benchmarks._common import (
@@ -29,15 +30,16 @@ def test_spread_of_difference_from_se_or_std_and_n() -> None:
 
 
 def test_verdict_needs_the_difference_to_exceed_the_spread() -> None:
-    assert verdict(1.0, 0.5, spread=0.2) == BETTER
+    assert verdict(1.0, 0.5, spread=0.2) == BETTER  # 2.5 s.e. ahead: the 95% interval excludes zero
     assert verdict(0.5, 1.0, spread=0.2) == WORSE
-    assert verdict(1.0, 0.9, spread=0.2) == TIE  # ahead, but within the spread
+    assert verdict(1.0, 0.9, spread=0.2) == TIE  # ahead, but within the interval
     assert verdict(0.9, 1.0, spread=0.2) == TIE
-    assert verdict(1.0, 0.8, spread=0.2) == TIE  # exactly the spread is not more than it
+    assert verdict(1.0, 0.7, spread=0.2) == TIE  # 1.5 s.e.: beyond one s.e., not beyond 1.96
     assert verdict(1.0, 1.0, spread=0.0) == TIE
     # lower is better (regret, loss)
     assert verdict(0.1, 1.0, spread=0.2, lower_is_better=True) == BETTER
     assert verdict(1.0, 0.1, spread=0.2, lower_is_better=True) == WORSE
+    assert verdict(1.0, 0.7, spread=0.2, z=1.0) == BETTER  # the old one-s.e. rule, on request
     # what cannot be compared is no win
     assert verdict(math.nan, 0.0, spread=0.1) == TIE
     assert verdict(1.0, 0.0, spread=math.nan) == TIE
@@ -124,21 +126,39 @@ def test_generative_beats_needs_more_than_the_seed_spread() -> None:
     assert v["multi_beats_plain"] == {"recall@10": "better", "ndcg@10": "better"} and v["multi_beats_plain_met"]
 
 
-def _dims_row(auc: float, std: float, params: float, delta: float = 0.0, delta_std: float = 0.0) -> dict:
-    return {"test_auc_mean": auc, "test_auc_std": std, "embedding_parameters_mean": params,
-            "parameter_ratio": params / 100.0, "auc_delta_vs_uniform16_mean": delta,
-            "auc_delta_vs_uniform16_std": delta_std, "seeds": 3}
+def _dims_points(aucs: dict[str, list[float]], params: dict[str, int]) -> list[dict]:
+    return [{"method": m, "seed": seed, "test_auc": auc, "test_logloss": 0.4, "embedding_parameters": params[m],
+             "seconds": 1.0, "dims": {}} for m, values in aucs.items() for seed, auc in enumerate(values)]
 
 
-def test_dims_comparisons_name_ties() -> None:
-    from experiments.benchmarks.dims import _verdicts
+def test_dims_verdicts_read_the_paired_interval() -> None:
+    from experiments.benchmarks.dims import _summarise, _verdicts
 
-    summary = {"uniform-16": _dims_row(0.80, 0.01, 100), "dnis": _dims_row(0.801, 0.01, 50, 0.001, 0.01),
-               "ihas": _dims_row(0.805, 0.01, 50)}
-    v = _verdicts(summary)
-    assert v["ihas_vs_dnis"] == "tie" and v["dnis_vs_uniform16"] == "tie"
-    summary["ihas"] = _dims_row(0.70, 0.01, 50)
-    assert _verdicts(summary)["ihas_vs_dnis"] == "worse" and not _verdicts(summary)["ihas_matches_dnis"]
+    params = {"uniform-4": 25, "uniform-8": 50, "uniform-16": 100, "mde": 50, "dnis": 50, "ihas": 50}
+    # DNIS's mean is 0.0003 above uniform-16 but its seeds disagree: the interval reaches far below -0.001
+    aucs = {"uniform-16": [0.800, 0.800, 0.800], "dnis": [0.8009, 0.7950, 0.8050], "ihas": [0.801, 0.796, 0.806]}
+    points = _dims_points(aucs, params)
+    summary = _summarise(points, 100)
+    assert summary["dnis"]["test_auc_std"] == pytest.approx(np.std(aucs["dnis"], ddof=1))  # the sample std
+    v = _verdicts(summary, points)
+    assert v["dnis_vs_uniform16"] == "tie" and not v["dnis_matches_uniform16_at_half"]  # the mean alone would pass
+    assert v["dnis_vs_uniform16_interval"]["method"] == "paired_t" and v["ihas_vs_dnis"] == "tie" and v["ihas_matches_dnis"]
+    # consistent seeds 0.0004-0.0006 below: the interval stays inside the tolerance
+    aucs["dnis"] = [0.7995, 0.7996, 0.7994]
+    points = _dims_points(aucs, params)
+    v = _verdicts(_summarise(points, 100), points)
+    assert v["dnis_matches_uniform16_at_half"] and v["dnis_vs_uniform16"] == "worse"
+    aucs["ihas"] = [0.70, 0.71, 0.705]
+    points = _dims_points(aucs, params)
+    v = _verdicts(_summarise(points, 100), points)
+    assert v["ihas_vs_dnis"] == "worse" and not v["ihas_matches_dnis"]
+    # with per-seed DeLong intervals on the test rows, those are combined with the seeds' spread
+    for p in points:
+        if p["method"] == "dnis":
+            p["test_vs_uniform16"] = {"estimate": -0.0005, "low": -0.0045, "high": 0.0035, "level": 0.95, "se": 0.002,
+                                      "method": "delong", "n": 1000}
+    v = _verdicts(_summarise(points, 100), points)
+    assert v["dnis_vs_uniform16_interval"]["method"] == "seeds" and not v["dnis_matches_uniform16_at_half"]
 
 
 def test_selection_above_random_needs_more_than_the_random_spread() -> None:
@@ -162,3 +182,17 @@ def test_hardware_names_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert _hardware()["gpu"] is None
     assert hardware_text({"cpu": "AMD EPYC", "cores": 2, "gpu": None}) == "AMD EPYC (2 cores), no GPU"
+
+
+def test_leap_cost_verdict_reads_the_interval_of_alternating_pairs() -> None:
+    from experiments.benchmarks.selection import cost_verdict, ratio_interval
+
+    plain = [2.0, 2.1, 1.9, 2.0, 2.05]
+    steady = ratio_interval([2.8, 2.9, 2.7, 2.8, 2.85], plain)  # 1.40x in every pair
+    assert steady is not None and steady["estimate"] == pytest.approx(1.40, abs=0.01) and steady["high"] < 1.5
+    assert cost_verdict({"leap_vs_plain_run": 1.4, "leap_vs_plain_interval": steady}, 1.5) == "met"
+    noisy = ratio_interval([2.0, 4.0, 2.2, 3.9, 2.1], plain)  # 1.0x-2.0x: the interval straddles 1.5
+    assert noisy is not None and noisy["low"] < 1.5 < noisy["high"]
+    assert cost_verdict({"leap_vs_plain_run": 1.1, "leap_vs_plain_interval": noisy}, 1.5) == "inconclusive"
+    assert cost_verdict({"leap_vs_plain_run": 1.41}, 1.5) == "met (one pair)"  # an older result without pairs
+    assert ratio_interval([2.8], [2.0]) is None

@@ -43,12 +43,15 @@ def test_quick_run_measures_every_precision_and_chooses_on_validation(tmp_path: 
     assert (tmp_path / "compress.png").stat().st_size > 0 and "| synthetic | int8 |" in (tmp_path / "compress.md").read_text()
 
 
-def test_within_says_inconclusive_when_the_seeds_cannot_tell() -> None:
-    assert compress.within({"mean": -0.0008, "se": 0.0}, 0.001) == "met"
-    assert compress.within({"mean": 0.02, "se": 0.0}, 0.001) == "met"  # a gain is within a loss tolerance
-    assert compress.within({"mean": 0.02, "se": 0.0}, 0.001, both_ways=True) == "NOT met"
-    assert compress.within({"mean": -0.008, "se": 0.0075}, 0.001).startswith("inconclusive")
-    assert compress.within({"mean": -0.008, "se": 0.002}, 0.001) == "NOT met"
+def test_within_reads_the_interval_over_seeds() -> None:
+    steady, noisy = compress._summary([-0.0005, -0.0004, -0.0006]), compress._summary([-0.0005, 0.004, -0.006])
+    assert compress.within(steady, 0.001) == "met"  # the whole interval above -0.001
+    assert compress.within(noisy, 0.001).startswith("inconclusive")  # same mean, the seeds disagree
+    gain = compress._summary([0.020, 0.021, 0.019])
+    assert compress.within(gain, 0.001) == "met"  # a gain is within a loss tolerance
+    assert compress.within(gain, 0.001, both_ways=True) == "NOT met"
+    assert compress.within(compress._summary([-0.008, -0.0085, -0.0075]), 0.001) == "NOT met"
+    assert compress.within(compress._summary([-0.0001]), 0.001).startswith("inconclusive")  # one seed: no interval
 
 
 def test_render_recomputes_the_verdicts_from_the_committed_measurements(tmp_path: Path) -> None:

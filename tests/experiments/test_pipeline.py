@@ -11,6 +11,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -126,13 +127,20 @@ def test_pipeline_end_to_end_with_stop_and_resume(tmp_cwd: Path) -> None:
         assert set(model["latency_ms"]) == {"1", "1024"} and all(v["median"] > 0 for v in model["latency_ms"].values())
         assert (Path(model["export_dir"]) / "model.pt").is_file() and model["export_bytes"] > 0
     assert compare["delta"]["test_auc"] == pytest.approx(final["test_auc"] - original["test_auc"])
+    # the verdict: DeLong's interval of the paired difference on the same test rows, the fit's own test scores
+    interval = compare["test_auc_interval"]
+    assert interval["method"] == "delong" and interval["low"] < interval["estimate"] < interval["high"]
+    assert interval["estimate"] == pytest.approx(compare["delta"]["test_auc"], abs=1e-5)
+    assert compare["within_tolerance"] == (interval["low"] >= -compare["auc_tolerance"])
+    assert compare["verdict"] in ("better", "worse", "tie")
     # the compression step: within its validation tolerance, smaller, exported with parity, on the frontier
     packed = final["compressed"]
     assert packed["val_rows"] == 400 and packed["val_auc"] >= packed["fp32_val_auc"] - 0.002
     assert packed["embedding_bytes"] < packed["fp32_embedding_bytes"] == 4 * final["embedding_parameters"]
     assert set(packed["tables"].values()) <= {"fp32", "fp16", "int8", "int4"} and packed["parity_max_abs_diff"] <= 1e-5
     assert [p["technique"] for p in packed["frontier"]] == ["fp32", "fp16", "int8", "int4", "search"]
-    assert packed["frontier"][0]["test_auc"] == final["test_auc"]  # the fit's own test pass: not read again
+    assert packed["frontier"][0]["test_auc"] == final["test_auc"]  # the fit's own number
+    assert all(p["test_vs_fp32"]["method"] == "delong" for p in packed["frontier"][1:])  # paired with fp32 on the test rows
     assert (Path(packed["export_dir"]) / "model.pt").is_file() and (out / "final" / "frontier.png").is_file()
     assert compare["delta"]["compressed"]["test_auc"] == pytest.approx(packed["test_auc"] - original["test_auc"])
     report = Path(results["report"]["report"])
@@ -250,3 +258,21 @@ def test_seeded_passes_the_seed_at_construction_to_every_method_and_search() -> 
                 assert made.seed == 7, name
                 assert _seeded(create, name, {"seed": 3}, 7).seed == 3, name
     assert _seeded(get_method, "outrank", {}, 11).seed == 11
+
+
+def test_paired_auc_reads_both_stages_scores_of_the_same_rows(tmp_path: Path) -> None:
+    from experiments.pipeline.stages import StageError, paired_auc
+
+    rng = np.random.default_rng(0)
+    labels = (rng.random(4000) < 0.3).astype(np.float32)
+    strong = labels + rng.normal(0, 0.8, labels.size)  # planted: A ranks better than B on every row set
+    weak = labels + rng.normal(0, 2.0, labels.size)
+    a, b, other = tmp_path / "a.npz", tmp_path / "b.npz", tmp_path / "c.npz"
+    np.savez(a, labels=labels, scores=strong)
+    np.savez(b, labels=labels, scores=weak)
+    np.savez(other, labels=labels[::-1].copy(), scores=weak)
+    interval = paired_auc(a, b)
+    assert interval is not None and interval.verdict() == "better" and interval.n == labels.size
+    assert paired_auc(a, tmp_path / "missing.npz") is None
+    with pytest.raises(StageError, match="score different test rows"):
+        paired_auc(a, other)

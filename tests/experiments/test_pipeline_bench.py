@@ -36,3 +36,19 @@ def test_table_says_what_was_met() -> None:
     md = to_markdown(result)
     assert "| features | 10 | 3 | -7 (met) |" in md
     assert "not more than 0.002 below: NOT met" in md and "| quality | 1 |" in md
+
+
+def test_the_paired_interval_decides_when_there_is_one() -> None:
+    # a point estimate of -0.0010 passes unpaired; its interval reaching -0.0150 (1,000 test rows) does not
+    compare = _compare(0.9590)
+    compare["test_auc_interval"] = {"estimate": -0.0010, "low": -0.0150, "high": 0.0130, "level": 0.95, "se": 0.0071,
+                                    "method": "delong", "n": 1000}
+    compare["verdict"] = "tie"
+    assert not verdicts(compare)["test_auc_within"]
+    compare["test_auc_interval"] = {**compare["test_auc_interval"], "low": -0.0018, "high": -0.0002}
+    compare["verdict"] = "worse"
+    assert verdicts(compare)["test_auc_within"]  # worse, but no worse than the tolerance at the far end
+    result = {"pipeline": "frappe", "command": "x", "config": "x.yaml", "date": "2026-11-30",
+              "hardware": {"cpu": "cpu", "cores": 2}, "seconds": 60.0, "stage_seconds": {}, "stages": {},
+              "compare": compare, "verdicts": verdicts(compare)}
+    assert "[-0.0018, -0.0002] 95% paired on 1,000 test rows (DeLong), worse" in to_markdown(result)

@@ -141,3 +141,15 @@ def test_bad_input_is_named() -> None:
         delong([1, 1, 1], [0.1, 0.2, 0.3], [0.3, 0.2, 0.1])
     with pytest.raises(ValueError, match="NaN"):
         auc([0, 1], [0.1, float("nan")])
+
+
+def test_mean_interval_is_the_paired_t_of_differences_already_taken() -> None:
+    from recsys.stats import mean_interval, paired_mean_difference
+
+    d = [0.004, -0.001, 0.002, 0.003]
+    iv = mean_interval(d)
+    ref = paired_mean_difference(d, [0.0] * len(d))
+    assert (iv.estimate, iv.low, iv.high) == pytest.approx((ref.estimate, ref.low, ref.high))
+    assert iv.n == 4 and iv.method == "t"
+    one = mean_interval([0.01])
+    assert one.estimate == 0.01 and math.isnan(one.low) and one.verdict() == "tie" and not one.within(1.0)

@@ -51,7 +51,8 @@ def test_curve_summary_plot_and_round_trip(tmp_path: Path) -> None:
     assert back.summary() == s
     c.points[0].best_val_auc = float("nan")  # strict JSON: NaN stored as null, read back as NaN
     assert np.isnan(SelectionCurve.load(c.save(tmp_path / "n.json")).points[0].best_val_auc)
-    assert "| 2 (chosen) | 0 | 0.7400 | 0.7000 |" in c.to_markdown()
+    assert "| 2 (chosen) | 0 | 0.7400 | 0.7000 |  |" in c.to_markdown()  # no paired interval without test scores
+    assert s["verdict_at_smallest_k"] is None and s["within_tolerance_on_test"] is None
     c.points[1].best_val_auc = c.points[2].best_val_auc = float("nan")
     assert c.smallest_k is None  # no validation AUC: nothing is chosen (never the test split)
 
@@ -73,6 +74,22 @@ def test_selection_curve_trains_top_k_with_nested_runs(tiny_recipe, tmp_cwd: Pat
     print([(p.k, p.test_auc) for p in curve.points], curve.full.test_auc)
     assert all(0.5 < p.test_auc < 1.0 for p in curve.points)
     assert cache.fits <= 1 + 2 + 2  # full + 2 ranked + 2 random (a shared subset would train once)
+    # every model is compared with the all-features one on the same test rows (DeLong's paired interval)
+    labels, full_scores = cache.test_labels, cache.scores(curve.full.features)
+    assert labels is not None and full_scores is not None and len(labels) == len(full_scores)
+    from recsys.stats import auc
+
+    assert auc(labels, full_scores) == pytest.approx(curve.full.test_auc, abs=1e-5)  # the fit's own test pass
+    for p in [*curve.points, *curve.random[0]]:
+        iv = p.test_vs_full
+        assert iv is not None and iv["method"] == "delong" and iv["n"] == len(labels)
+        assert iv["estimate"] == pytest.approx(p.test_auc - curve.full.test_auc, abs=1e-5)
+        assert iv["low"] <= iv["estimate"] <= iv["high"]
+    summary = curve.summary()
+    if curve.smallest_k is not None:
+        assert summary["verdict_at_smallest_k"] in ("better", "worse", "tie")
+        assert summary["within_tolerance_on_test"] == (summary["test_vs_full_at_smallest_k"]["low"] >= -curve.tolerance)
+    assert SelectionCurve.from_dict(curve.to_dict()).points[0].test_vs_full == curve.points[0].test_vs_full
     client = MlflowClient(parent.uri)
     exp = client.get_experiment_by_name(tiny_recipe.dataset_name)
     children = client.search_runs([exp.experiment_id], f"tags.mlflow.parentRunId = '{parent.run_id}'")
