@@ -24,4 +24,5 @@ BENCHMARKS: dict[str, str] = {
     "scale": "scale",
     "compress": "compress",
     "wide": "wide",
+    "peers": "peers",
 }

@@ -345,8 +345,8 @@ def _fit_and_measure(ctx: StageContext, config: Any, name: str) -> dict[str, Any
                              **{f"latency_ms_b{b}": v["median"] for b, v in latency.items()}})
     if fit.test_scores is not None:  # the rows of the paired comparison (compare stage)
         labels, scores = fit.test_scores
-        with atomic_path(ctx.folder / TEST_SCORES) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, labels=labels, scores=scores)
+        with atomic_path(ctx.folder / TEST_SCORES) as tmp, open(tmp, "wb") as tmp_file:
+            np.savez(tmp_file, labels=labels, scores=scores)
         summary["test_scores"] = TEST_SCORES
     if name == "final" and ctx.config.compress.enabled:
         summary["compressed"] = _compress(ctx, fit, test)

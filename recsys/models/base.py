@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from torchrec.modules.fused_embedding_modules import FusedEmbeddingBagCollection
     from torchrec.optim.keyed import KeyedOptimizer
 
-__all__ = ["EmbeddingKernel", "FusedOptimizer", "MLP", "Pooling", "RankingModel", "SparseArch", "SparseArchConfig"]
+__all__ = ["DenseInit", "EmbeddingKernel", "FusedOptimizer", "MLP", "Pooling", "RankingModel", "SparseArch", "SparseArchConfig",
+           "init_dense_layers"]
 
 #: how a multi-hot bag is pooled: the sum or the mean of its rows' embeddings
 Pooling = Literal["sum", "mean"]
@@ -73,6 +74,8 @@ class SparseArchConfig:
         rows: row schemes, feature -> ``{scheme: qr, buckets: m, combine: sum|product|concat}``
             or ``{scheme: hash, rows: R}``: fewer rows than ids (see :mod:`recsys.models.rows`).
         rows_key: the config key errors about ``rows`` name.
+        init_std: initial tables N(0, ``init_std``) instead of TorchRec's uniform(+-sqrt(1 / rows))
+            (which starts the small tables of a CTR model far from zero).
     """
 
     kernel: EmbeddingKernel = EmbeddingKernel.PLAIN
@@ -84,10 +87,13 @@ class SparseArchConfig:
     blocks_key: str = BLOCKS_KEY
     rows: dict[str, Any] | None = None
     rows_key: str = ROWS_KEY
+    init_std: float | None = None
 
     def __post_init__(self) -> None:
         if self.pooling not in get_args(Pooling):
             raise ValueError(f"SparseArchConfig.pooling={self.pooling!r} is not one of {list(get_args(Pooling))}")
+        if self.init_std is not None and not self.init_std > 0:
+            raise ValueError(f"model.embedding_init_std must be > 0 (or null for TorchRec's init), got {self.init_std}")
 
 
 def table_configs(
@@ -137,6 +143,17 @@ def table_configs(
                 )
             )
     return out
+
+
+def _initial_tables(tables: list[EmbeddingBagConfig], init_std: float | None) -> EmbeddingBagCollection:
+    """The tables at their initial weights: TorchRec's (uniform in +-sqrt(1 / rows)), or N(0,
+    ``init_std``) (FuxiCTR's default is 1e-4); the out-of-vocabulary row at zero either way."""
+    ebc = EmbeddingBagCollection(tables=tables)
+    if init_std is not None:
+        with torch.no_grad():
+            for bag in ebc.embedding_bags.values():
+                bag.weight.normal_(0.0, init_std)
+    return _zero_oov_rows(ebc)
 
 
 def _zero_oov_rows(ebc: EmbeddingBagCollection) -> EmbeddingBagCollection:
@@ -200,7 +217,7 @@ class SparseArch(nn.Module):
             # build a plain EBC first so that both kernels start from the same initial weights,
             # and the fused one under a forked RNG so the layers built after it draw the same
             # numbers as with the plain kernel
-            plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
+            plain = _initial_tables(tables, config.init_std)
             if next(plain.parameters()).is_meta:
                 # a shape-only model built under ``torch.device("meta")`` (Recipe.datamodule: a
                 # model nobody runs); FBGEMM builds no meta kernels, so the tables stay plain
@@ -213,12 +230,12 @@ class SparseArch(nn.Module):
             release_freed_memory()  # the plain copy's pages; otherwise the heap keeps them (every table's size)
         elif self.kernel is EmbeddingKernel.GROUPED:
             # the plain kernel's initial weights (the same numbers as the other kernels), stacked
-            plain = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
+            plain = _initial_tables(tables, config.init_std)
             self.embedding_bag_collection = GroupedEmbeddingBags(
                 tables, plain.state_dict(), optimizer=FusedOptimizer(config.fused_optimizer).value, lr=config.fused_lr)
             del plain
         else:
-            self.embedding_bag_collection = _zero_oov_rows(EmbeddingBagCollection(tables=tables))
+            self.embedding_bag_collection = _initial_tables(tables, config.init_std)
 
     def _fused_collection(self, state: dict[str, torch.Tensor], device: torch.device) -> nn.Module:
         """FBGEMM's ``FusedEmbeddingBagCollection`` of this arch's tables on ``device``, holding ``state``."""
@@ -376,6 +393,26 @@ class EmptySparseArch(nn.Module):
 
     def num_parameters(self) -> int:
         return 0
+
+
+#: how the dense layers start: torch's default (Kaiming-uniform) or Xavier-normal weights with zero biases
+DenseInit = Literal["default", "xavier_normal"]
+
+
+def init_dense_layers(model: nn.Module, scheme: DenseInit) -> None:
+    """Re-initialise every ``nn.Linear`` of ``model`` outside its sparse arch by ``scheme``
+    (``xavier_normal``: FuxiCTR's and BARS' default; ``default`` leaves torch's)."""
+    if scheme not in get_args(DenseInit):
+        raise ValueError(f"model.dense_init must be one of {list(get_args(DenseInit))}, got {scheme!r}")
+    if scheme == "default":
+        return
+    tables = {id(m) for m in getattr(model, "sparse_arch", nn.Module()).modules()}
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear) and id(m) not in tables:
+                nn.init.xavier_normal_(m.weight)
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
 
 
 class MLP(nn.Sequential):

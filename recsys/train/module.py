@@ -19,7 +19,14 @@ from recsys.config import as_spec
 from recsys.data.schema import Schema
 from recsys.models import DCNv2, RankingModel
 from recsys.models.backbone import Backbone
-from recsys.models.base import EmbeddingKernel, FusedOptimizer, SparseArch, SparseArchConfig
+from recsys.models.base import (
+    DenseInit,
+    EmbeddingKernel,
+    FusedOptimizer,
+    SparseArch,
+    SparseArchConfig,
+    init_dense_layers,
+)
 from recsys.models.grouped import GroupedEmbeddingBags
 from recsys.models.seam import SeamTransform
 from recsys.train.distributed import (
@@ -101,6 +108,11 @@ class RankingTask(pl.LightningModule):
         embedding_rows: fewer rows than ids (:mod:`recsys.models.rows`): feature ->
             ``{scheme: qr, buckets: M, combine: sum|product|concat}`` (quotient-remainder
             compositional embeddings) or ``{scheme: hash, rows: R}`` (the hashing trick).
+        embedding_init_std: start the tables at N(0, std) instead of TorchRec's uniform(+-sqrt(1 /
+            rows)); FuxiCTR's default, 1e-4, is what closes the gap to it on Frappe
+            (``experiments/results/peers.md``). Null keeps TorchRec's.
+        dense_init: ``xavier_normal`` re-initialises every linear layer outside the tables
+            (Xavier-normal weights, zero biases; FuxiCTR's default); ``default`` keeps torch's.
         seam: optional transform at the seam, ``{class_path: selection.LeAPSeam, init_args:
             {...}}``; its parameters get their own optimizer group (learning rate
             ``seam.learning_rate`` when the transform defines one, no weight decay).
@@ -121,6 +133,8 @@ class RankingTask(pl.LightningModule):
         seam: SeamTransform | None = None,
         embedding_blocks: dict[str, list[list[int | None]]] | None = None,
         embedding_rows: dict[str, dict[str, Any]] | None = None,
+        embedding_init_std: float | None = None,
+        dense_init: DenseInit = "default",
     ) -> None:
         super().__init__()
         if schema is None:
@@ -150,8 +164,10 @@ class RankingTask(pl.LightningModule):
                 blocks_key="model.embedding_blocks",
                 rows=embedding_rows,
                 rows_key="model.embedding_rows",
+                init_std=embedding_init_std,
             ),
         )
+        init_dense_layers(self.model, dense_init)
         if not isinstance(self.model, RankingModel):
             raise ValueError(f"model.backbone built a {type(self.model).__name__}, not a RankingModel")
         if seam is not None:

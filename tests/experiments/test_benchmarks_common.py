@@ -185,7 +185,7 @@ def test_hardware_names_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_leap_cost_verdict_reads_the_interval_of_alternating_pairs() -> None:
-    from experiments.benchmarks.selection import cost_verdict, ratio_interval
+    from experiments.benchmarks._selection_cost import cost_verdict, ratio_interval
 
     plain = [2.0, 2.1, 1.9, 2.0, 2.05]
     steady = ratio_interval([2.8, 2.9, 2.7, 2.8, 2.85], plain)  # 1.40x in every pair

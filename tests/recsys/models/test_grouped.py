@@ -183,3 +183,4 @@ def test_optimizer_state_round_trips_and_refuses_another_optimizer() -> None:
     _, rowwise = pair(schema, fused_optimizer=FusedOptimizer.ROWWISE_ADAGRAD)
     with pytest.raises(ValueError, match="table optimizer is 'adagrad', this model's 'rowwise_adagrad'"):
         rowwise.embedding_bag_collection.load_optimizer_state_dict(state)  # type: ignore[operator]
+
