@@ -279,6 +279,24 @@ def test_fused_kernel_trains_and_resumes_its_optimizer_state(tmp_cwd: Path) -> N
     assert float(cli.trainer.callback_metrics["test_auc"]) > 0.5
 
 
+def test_grouped_kernel_trains_through_the_cli_and_its_checkpoint_restores_the_accumulators(tmp_cwd: Path) -> None:
+    from recsys.models.grouped import GroupedEmbeddingBags
+    from recsys.train.module import RankingTask
+
+    common = ("--model.embedding_kernel", "grouped", "--model.embedding_init_std", "1e-4", "--model.dense_init", "xavier_normal",
+              "--tracking.enabled", "false", "--after_fit.export", "false")
+    cli = SalienceCLI(args=fit_args(tmp_cwd, *common, epochs=1))
+    assert float(cli.trainer.callback_metrics["test_auc"]) > 0.5
+    path = tmp_cwd / "run" / "checkpoints" / "last.ckpt"
+    saved = torch.load(path, weights_only=True)["grouped_optimizer"]
+    assert saved["optimizer"] == "adagrad" and all(float(a.sum()) > 0 for a in saved["accumulators"])
+    restored = RankingTask.load_from_checkpoint(path, weights_only=True)
+    ebc = restored.model.sparse_arch.embedding_bag_collection
+    assert isinstance(ebc, GroupedEmbeddingBags)
+    for g, value in enumerate(saved["accumulators"]):
+        assert torch.equal(ebc.accumulator(g), value)
+
+
 def test_console_script_help() -> None:
     out = subprocess.run([sys.executable, "-m", "experiments.cli", "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("fit", "test", "predict", "export", "demo", "bench"):
