@@ -367,11 +367,11 @@ def _pair_with_full(cache: FitCache, full: CurvePoint, points: Sequence[CurvePoi
     from recsys.stats import delong
 
     reference = cache.scores(full.features)
-    if reference is None or cache.test_labels is None:
+    if reference is None or cache.test_labels is None or len(np.unique(cache.test_labels)) != 2:
         return
     for p in points:
         scores = cache.scores(p.features)
-        if scores is not None and len(np.unique(cache.test_labels)) == 2:
+        if scores is not None:
             p.test_vs_full = delong(cache.test_labels, scores, reference).to_dict()
 
 

@@ -300,7 +300,7 @@ class SparseArch(nn.Module):
     @property
     def updates_in_backward(self) -> bool:
         """The tables are updated inside the backward (fused or grouped kernel), not by the dense optimizer."""
-        return self.kernel is not EmbeddingKernel.PLAIN
+        return not self.is_plain
 
     @property
     def is_plain(self) -> bool:

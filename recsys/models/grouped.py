@@ -81,11 +81,13 @@ class GroupedEmbeddingBags(nn.Module):
         self.table_names: List[str] = [t.name for t in tables]  # noqa: UP006
         group_of: dict[tuple[int, PoolingType], int] = {}
         members: list[list[int]] = []
+        group_of_key = []
         for i, t in enumerate(tables):
             g = group_of.setdefault((t.embedding_dim, t.pooling), len(group_of))
             if g == len(members):
                 members.append([])
             members[g].append(i)
+            group_of_key.append(g)
         #: group -> indices (into ``tables``) of its tables, in order
         self.members: List[List[int]] = members  # noqa: UP006
         self.modes: List[str] = [  # noqa: UP006
@@ -107,10 +109,6 @@ class GroupedEmbeddingBags(nn.Module):
             # the optimizer's accumulated squares (not in the state dict: the tables' keys stay TorchRec's)
             shape = (0,) if optimizer == "sgd" else (rows,) if optimizer == "rowwise_adagrad" else (rows, dim)
             self.register_buffer(f"accumulator_{len(self.weights) - 1}", torch.zeros(shape), persistent=False)
-        group_of_key = [0] * len(tables)
-        for g, m in enumerate(members):
-            for i in m:
-                group_of_key[i] = g
         #: K: the first row of each table in its group's weight
         self.row_offset: torch.Tensor
         self.register_buffer("row_offset", torch.tensor(offsets, dtype=torch.long), persistent=False)
@@ -138,11 +136,12 @@ class GroupedEmbeddingBags(nn.Module):
         )
         ids = values.long() + self.row_offset[key_of_value]
         several = len(self.members) > 1
+        group_of_value = self.group_of_key[key_of_value] if several else key_of_value
         out: Dict[str, torch.Tensor] = {}  # noqa: UP006
         for g, weight in enumerate(self.weights):
             member = self.members[g]
             if several:
-                group_ids = ids[self.group_of_key[key_of_value] == g]
+                group_ids = ids[group_of_value == g]
                 group_lengths = lengths[self.group_of_key == g]
             else:
                 group_ids, group_lengths = ids, lengths
@@ -185,10 +184,10 @@ class GroupedEmbeddingBags(nn.Module):
             raise ValueError(f"grouped kernel: the checkpoint's table optimizer is {state.get('optimizer')!r}, "
                              f"this model's {self.optimizer!r} (model.fused_optimizer)")
         saved = list(state["accumulators"])
-        for g, value in enumerate(saved):
-            acc = self.accumulator(g)
-            if len(saved) != self.num_groups or tuple(value.shape) != tuple(acc.shape):
-                raise ValueError("grouped kernel: the checkpoint's optimizer state is for other tables")
+        accumulators = [self.accumulator(g) for g in range(self.num_groups)]
+        if len(saved) != len(accumulators) or any(tuple(v.shape) != tuple(a.shape) for v, a in zip(saved, accumulators)):
+            raise ValueError("grouped kernel: the checkpoint's optimizer state is for other tables")
+        for value, acc in zip(saved, accumulators, strict=True):
             acc.copy_(value)
 
     def table_weights(self) -> dict[str, torch.Tensor]:

@@ -184,3 +184,12 @@ def test_optimizer_state_round_trips_and_refuses_another_optimizer() -> None:
     with pytest.raises(ValueError, match="table optimizer is 'adagrad', this model's 'rowwise_adagrad'"):
         rowwise.embedding_bag_collection.load_optimizer_state_dict(state)  # type: ignore[operator]
 
+
+
+def test_optimizer_state_of_fewer_groups_is_refused() -> None:
+    _, grouped = pair(make_schema())
+    ebc = grouped.embedding_bag_collection
+    assert isinstance(ebc, GroupedEmbeddingBags) and ebc.num_groups == 2
+    state = ebc.optimizer_state_dict()
+    with pytest.raises(ValueError, match="optimizer state is for other tables"):
+        ebc.load_optimizer_state_dict({**state, "accumulators": state["accumulators"][:1]})
