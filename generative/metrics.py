@@ -28,7 +28,7 @@ from torch import Tensor
 if TYPE_CHECKING:
     from generative.base import NextItemModel
 
-__all__ = ["evaluate_model", "metrics_table", "ranking_metrics", "summarize"]
+__all__ = ["evaluate_model", "hit_ranks", "metrics_table", "per_row_metrics", "ranking_metrics", "summarize"]
 
 ArrayLike = np.ndarray | Tensor | Sequence[int]
 
@@ -46,6 +46,24 @@ def _hit_ranks(top_items: np.ndarray, targets: np.ndarray) -> np.ndarray:
     """0-based rank of each target in its row ``[n]``; ``K`` (one past the end) when absent."""
     match = top_items == targets[:, None]  # [n, K]
     return np.where(match.any(axis=1), match.argmax(axis=1), top_items.shape[1])
+
+
+def hit_ranks(top_items: ArrayLike, targets: ArrayLike) -> np.ndarray:
+    """0-based rank of each row's target in its list ``[n]`` int64, ``K`` when the target is absent."""
+    top = _as_numpy(top_items, "top_items")
+    tgt = _as_numpy(targets, "targets")
+    if top.ndim != 2 or tgt.shape != (len(top),):
+        raise ValueError(f"top_items must be [n, K] and targets [n], got {list(top.shape)} and {list(tgt.shape)}")
+    return _hit_ranks(top, tgt).astype(np.int64)
+
+
+def per_row_metrics(ranks: np.ndarray, k: int) -> dict[str, np.ndarray]:
+    """Each row's ``recall@k`` (0/1) and ``ndcg@k`` ``[n]`` float64 from :func:`hit_ranks`: the
+    units of a paired comparison of two models on the same users (their means are
+    :func:`ranking_metrics`)."""
+    ranks = np.asarray(ranks)
+    hit = ranks < k
+    return {f"recall@{k}": hit.astype(np.float64), f"ndcg@{k}": np.where(hit, 1.0 / np.log2(ranks + 2.0), 0.0)}
 
 
 def _group_metrics(ranks: np.ndarray, ks: Sequence[int], suffix: str) -> dict[str, float]:

@@ -234,6 +234,8 @@ class GenerativeTask(pl.LightningModule):
         self.catalog: Catalog | None = None
         self._outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.weight_history: list[dict[str, Any]] = []
+        #: after a test pass: each test user's target rank (``eval_k`` when missed) and target ``[n]``
+        self.test_ranks: tuple[np.ndarray, np.ndarray] | None = None
 
     # -- model -----------------------------------------------------------------------------
     def build(self, catalog: Catalog) -> NextItemModel:
@@ -300,13 +302,15 @@ class GenerativeTask(pl.LightningModule):
         self._eval_step(batch)
 
     def _eval_end(self, prefix: str) -> dict[str, float]:
-        from generative.metrics import ranking_metrics
+        from generative.metrics import hit_ranks, ranking_metrics
 
         assert self.catalog is not None
         items = torch.cat([o[0] for o in self._outputs]).numpy()
         targets = torch.cat([o[1] for o in self._outputs]).numpy()
         self._outputs.clear()
         metrics = ranking_metrics(items, targets, ks=(5, 10), tail=self.catalog.tail)
+        if prefix == "test":  # per user, in test order: the units of paired comparisons
+            self.test_ranks = (hit_ranks(items, targets), targets)
         out = {f"{prefix}_{metric_key(k)}": float(v) for k, v in metrics.items() if not k.startswith("n_")}
         self.log_dict(out, prog_bar=False)
         return out

@@ -46,7 +46,9 @@ def test_every_package_imports() -> None:
     import importlib
 
     for package in PACKAGES:
-        importlib.import_module(package)
+        module = importlib.import_module(package)
+        assert module.__name__ == package and module.__file__ is not None
+        assert Path(module.__file__).resolve().is_relative_to(ROOT), f"{package} imported from {module.__file__}, not this tree"
 
 
 def test_console_script_and_packages_declared() -> None:

@@ -83,7 +83,8 @@ def half_dims(schema: Any) -> dict[str, int]:
     return {f.name: max(4, f.embedding_dim // 2 // 4 * 4) for f in schema.sparse}
 
 
-def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, Any, float]:
+def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, Any, float, int | None]:
+    """The trained model (plain kernel, eval mode), its data, the fit's seconds and its epochs run."""
     from recsys.export import to_plain_kernel
     from recsys.models.base import SparseArch
 
@@ -92,7 +93,9 @@ def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, An
     model = to_plain_kernel(fit.task.model.eval())
     if not isinstance(model.sparse_arch, SparseArch):
         raise ValueError(f"{recipe.config_path}: a model without embedding tables has nothing to compress")
-    return model, fit.datamodule, time.perf_counter() - start
+    trainer = getattr(fit.task, "_trainer", None)
+    epochs = int(trainer.current_epoch) if trainer is not None else None
+    return model, fit.datamodule, time.perf_counter() - start, epochs
 
 
 def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tuple[str, ...] = (),
@@ -103,7 +106,8 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
     from recsys.data.encoders import EncodedData
     from recsys.export import export_model
     from recsys.export.quantize import embedding_bytes, quantize_model, resolve_precision
-    from recsys.train.evaluation import evaluate
+    from recsys.stats import delong
+    from recsys.train.evaluation import evaluate, evaluate_with_scores
     from recsys.train.recipe import Recipe
 
     recipe = Recipe(ROOT / config, overrides, workdir=work / f"fit-{seed}", quiet=True, keep_checkpoints=False)
@@ -120,9 +124,10 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
         layouts |= {x.name: x for x in sized if x.dims not in known or x.rows}
     models = {}
     for name, layout in layouts.items():
-        model, dm, seconds = _fit(recipe, seed, quick, layout.overrides())
+        model, dm, seconds, epochs = _fit(recipe, seed, quick, layout.overrides())
         models[name] = model
         out["fit_seconds"][name] = round(seconds, 1)
+        out.setdefault("epochs_run", {})[name] = epochs
         out["embedding_rows"][name] = dict(layout.rows)
         if layout.dims and name != "half":
             out.setdefault("embedding_dims", {})[name] = dict(layout.dims)
@@ -130,6 +135,7 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
     if val is None or test is None:
         raise ValueError(f"{config}: needs a validation and a test split")
     exports = {}
+    scores: dict[str, Any] = {}
     for t in techniques:
         if t == "budget":
             model, plan, out["budget"] = _budget_search(models, budget, budget_fraction, val)
@@ -141,12 +147,18 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
         export_dir = work / f"export-{seed}-{t.replace('+', '-')}"
         export_model(model, dm.preprocessor, export_dir, precision=precision)
         exports[t] = export_dir
+        test_metrics, labels, scores[t] = evaluate_with_scores(served, test)
         out["techniques"][t] = {
             "embedding_bytes": embedding_bytes(model.sparse_arch, plan),
             "val": evaluate(served, val),
-            "test": evaluate(served, test),
+            "test": test_metrics,
             "export_bytes": export_bytes(export_dir),
         }
+    # DeLong on this seed's test rows: every technique against fp32, qr against hash, budget against each
+    pairs = [(t, "fp32") for t in techniques if t != "fp32"]
+    pairs += [("qr", "hash")] if {"qr", "hash"} <= set(techniques) else []
+    pairs += [("budget", t) for t in techniques if "budget" in techniques and t != "budget"]
+    out["paired"] = {f"{a} - {b}": delong(labels, scores[a], scores[b]).to_dict() for a, b in pairs}
     sample = test if isinstance(test, EncodedData) else dm.sample_rows("test", 4096)
     for t in techniques:  # side by side, after every export is written
         out["techniques"][t]["latency_ms"] = exported_latency(exports[t], sample, (1, 1024))
@@ -198,7 +210,7 @@ def summarize(runs: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
             "test_auc": _summary([r["test"]["auc"] for r in rows]),
             "test_logloss": _summary([r["test"]["logloss"] for r in rows]),
             "val_auc": _summary([r["val"]["auc"] for r in rows]),
-            "test_auc_change": _summary([r["test"]["auc"] - b["test"]["auc"] for r, b in pairs]),
+            "test_auc_change": _paired(runs, t, "fp32"),
             "bytes_ratio": statistics.fmean(r["embedding_bytes"] / max(b["embedding_bytes"], 1) for r, b in pairs),
             "embedding_bytes": round(statistics.fmean(r["embedding_bytes"] for r in rows)),  # the budget's plans vary by seed
             "export_bytes_ratio": _summary([r["export_bytes"] / max(b["export_bytes"], 1) for r, b in pairs]),
@@ -210,15 +222,42 @@ def summarize(runs: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
     chosen = [choose_on_validation(r, tolerance) for r in runs]
     out["chosen_on_validation"] = {
         "techniques": chosen,
-        "test_auc_change": _summary([r["techniques"][c]["test"]["auc"] - r["techniques"]["fp32"]["test"]["auc"]
-                                     for r, c in zip(runs, chosen, strict=True)]),
+        "test_auc_change": _chosen_change(runs, chosen),
         "bytes_ratio": statistics.fmean(r["techniques"][c]["embedding_bytes"] / r["techniques"]["fp32"]["embedding_bytes"]
                                         for r, c in zip(runs, chosen, strict=True)),
     }
     return out
 
 
-def _paired(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, float]:
+def _chosen_change(runs: list[dict[str, Any]], chosen: list[str]) -> dict[str, Any]:
+    """The test AUC change of each seed's validation choice against fp32, paired like :func:`_paired`."""
+    from recsys.stats import Interval, over_seeds
+
+    keys = [f"{c} - fp32" for c in chosen]
+    if all(c == "fp32" or k in r.get("paired", {}) for r, c, k in zip(runs, chosen, keys, strict=True)):
+        fields = ("estimate", "low", "high", "level", "se", "method", "n")
+        per_seed = [Interval(0.0, 0.0, 0.0, se=0.0) if c == "fp32" else Interval(**{f: r["paired"][k][f] for f in fields})
+                    for r, c, k in zip(runs, chosen, keys, strict=True)]
+        iv = over_seeds(per_seed)
+        return {"mean": iv.estimate, "se": iv.se, "n": len(runs), "low": iv.low, "high": iv.high,
+                "method": "delong per seed, over seeds"}
+    return _summary([r["techniques"][c]["test"]["auc"] - r["techniques"]["fp32"]["test"]["auc"]
+                     for r, c in zip(runs, chosen, strict=True)])
+
+
+def _paired(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
+    """``a - b`` in test AUC: DeLong's interval per seed on the same test rows combined over seeds
+    (:func:`recsys.stats.over_seeds`) where every run kept it, else the t interval over seeds."""
+    from recsys.stats import Interval, over_seeds
+
+    key = f"{a} - {b}"
+    if a == b:
+        return {"mean": 0.0, "std": 0.0, "se": 0.0, "n": len(runs), "low": 0.0, "high": 0.0, "method": "same"}
+    if all(key in r.get("paired", {}) for r in runs):
+        fields = ("estimate", "low", "high", "level", "se", "method", "n")
+        iv = over_seeds([Interval(**{f: r["paired"][key][f] for f in fields}) for r in runs])
+        return {"mean": iv.estimate, "std": statistics.stdev([r["paired"][key]["estimate"] for r in runs]) if len(runs) > 1 else 0.0,
+                "se": iv.se, "n": len(runs), "low": iv.low, "high": iv.high, "method": "delong per seed, over seeds"}
     return _summary([r["techniques"][a]["test"]["auc"] - r["techniques"][b]["test"]["auc"] for r in runs])
 
 
@@ -245,6 +284,17 @@ def within(change: dict[str, float], tolerance: float, both_ways: bool = False) 
     return "NOT met" if outside else "inconclusive (the interval reaches past the tolerance)"
 
 
+def _latency_verdict(ratio: dict[str, Any]) -> str:
+    """int8 / fp32 latency over seeds: ``met`` when the 95% interval of the mean ratio lies at or
+    below 1, ``NOT met`` when above, else ``inconclusive``."""
+    low, high = ratio.get("low"), ratio.get("high")
+    text = f"x{ratio['mean']:.2f}"
+    if low is None or high is None or not (math.isfinite(low) and math.isfinite(high)):
+        return f"inconclusive (one seed: {text}, no interval)"
+    text += f" [{low:.2f}, {high:.2f}] over {ratio.get('n', '?')} seeds"
+    return f"{'met' if high <= 1.0 else 'NOT met' if low > 1.0 else 'inconclusive'} ({text})"
+
+
 def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, str]:
     """The issue's targets on one dataset that these techniques can answer, each judged on the 95%
     interval over seeds of the per-seed difference (the same test rows; :mod:`recsys.stats`)."""
@@ -256,8 +306,7 @@ def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, s
                                                       f"({_ci(change)})")
         out["int8 bytes (target ~1/4)"] = f"{int8['bytes_ratio']:.3f}x"
         lat = int8["latency_ratio"]["1"]
-        out["int8 latency at batch 1 no worse than fp32"] = (f"{'met' if lat['mean'] - 1.0 <= lat['se'] else 'NOT met'} "
-                                                              f"(x{lat['mean']:.2f} +/- {lat['se']:.2f})")
+        out["int8 latency at batch 1 no worse than fp32"] = _latency_verdict(lat)
     if "qr" in summary and "hash" in summary:
         d = _paired(runs, "qr", "hash")
         v = _interval(d).verdict()
@@ -290,6 +339,28 @@ def verdicts(summary: dict[str, Any], runs: list[dict[str, Any]]) -> dict[str, s
     return out
 
 
+def _change_text(change: dict[str, Any]) -> str:
+    """``+0.00120 [-0.00030, +0.00270]`` (the 95% interval), or ``+/- s.e.`` where there is none."""
+    iv = _interval(change)
+    if math.isfinite(iv.low) and math.isfinite(iv.high):
+        return f"{iv.estimate:+.5f} [{iv.low:+.5f}, {iv.high:+.5f}]"
+    return f"{iv.estimate:+.5f} +/- {change.get('se', math.nan):.5f}"
+
+
+def _budget_note(result: dict[str, Any]) -> list[str]:
+    """How long each dataset's fits trained (epochs run, from the runs that recorded them)."""
+    lines = []
+    for name, d in result["datasets"].items():
+        epochs = [e for r in d["runs"] for e in (r.get("epochs_run") or {}).values() if e is not None]
+        if epochs:
+            lines.append(f"- {name}: `{d['config']}` with its early stopping on validation AUC"
+                         f"{' and the overrides of its command' if '--override' in d.get('command', '') else ''}; "
+                         f"epochs run per fit {min(epochs)}-{max(epochs)} (median {statistics.median(epochs):g}).")
+        else:
+            lines.append(f"- {name}: epochs not recorded by this run (see its command's overrides).")
+    return ["Training budget per dataset:", "", *lines, ""]
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Compression: embedding bytes against AUC (quantized tables, QR and hashed rows)",
@@ -305,13 +376,15 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"and (for qr / hash) once more with every "
         f"feature of at least {MIN_IDS} ids on quotient-remainder tables (m = ceil(sqrt(n)) buckets, sum) or on a "
         "hashed table of the same rows. Precisions quantize a trained model's tables after training (per-row "
-        "min-max with fp16 scale and bias for int8/int4). Changes are paired per seed against fp32; +/- is the "
-        "standard error over seeds. Latency is the exported TorchScript model's call, every technique timed side "
+        "min-max with fp16 scale and bias for int8/int4). Changes are paired against fp32 on the same test rows: "
+        "DeLong's interval per seed combined over seeds (`recsys.stats.over_seeds`), brackets the 95% interval "
+        "(runs that kept no per-row scores: the t interval over seeds). Latency is the exported TorchScript model's call, every technique timed side "
         "by side on the same rows. The budget search also trains the widest uniform dim, the mixed-dimension "
         "(MDE) dims and the importance layout (dims that follow OutRank's ranking of the training split, its "
         "lower half on quotient-remainder rows) that fit the budget at int8 and at int4 (`embeddings.layouts`), "
         "and chooses among all layouts on validation AUC.",
         "",
+        *_budget_note(result),
         "| dataset | technique | embedding bytes (x fp32) | test AUC | test AUC change | test log loss | "
         "export size (x fp32) | latency b=1 (x fp32) | latency b=1024 (x fp32) |",
         "|---|---|---:|---:|---:|---:|---:|---:|---:|",
@@ -322,7 +395,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             r = s[t]
             lines.append(
                 f"| {name} | {t} | {r['embedding_bytes']:,} ({r['bytes_ratio']:.3f}) | {r['test_auc']['mean']:.4f} | "
-                f"{r['test_auc_change']['mean']:+.5f} +/- {r['test_auc_change']['se']:.5f} | {r['test_logloss']['mean']:.4f} | "
+                f"{_change_text(r['test_auc_change'])} | {r['test_logloss']['mean']:.4f} | "
                 f"{r['export_bytes_ratio']['mean']:.3f} | {r['latency_ratio']['1']['mean']:.2f} | "
                 f"{r['latency_ratio']['1024']['mean']:.2f} |"
             )
@@ -331,7 +404,7 @@ def to_markdown(result: dict[str, Any]) -> str:
     for name, d in result["datasets"].items():
         c = d["summary"]["chosen_on_validation"]
         lines.append(f"| {name} | {', '.join(c['techniques'])} | {c['bytes_ratio']:.3f} | "
-                     f"{c['test_auc_change']['mean']:+.5f} +/- {c['test_auc_change']['se']:.5f} |")
+                     f"{_change_text(c['test_auc_change'])} |")
     lines += ["", "Targets:", "", "| dataset | target | verdict |", "|---|---|---|"]
     for name, d in result["datasets"].items():
         lines += [f"| {name} | {k} | {v} |" for k, v in d["verdicts"].items()]

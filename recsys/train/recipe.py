@@ -15,6 +15,7 @@ curve's runs are ordinary, tracked ``salience fit`` runs::
 
 from __future__ import annotations
 
+import atexit
 import json
 import logging
 import shutil
@@ -82,7 +83,7 @@ class Recipe:
         overrides: extra command-line arguments applied to every fit
             (e.g. ``["--trainer.max_epochs=3"]``).
         workdir: folder for run folders and a materialised dict config (default: a temporary
-            folder).
+            folder, removed when the process exits).
         quiet: turn off progress bars and model summaries in fits.
         keep_checkpoints: keep each fit's ``checkpoints/`` folder; False deletes it once the fit
             has been tested (search fits whose results are their metrics: a checkpoint of
@@ -97,7 +98,11 @@ class Recipe:
         quiet: bool = False,
         keep_checkpoints: bool = True,
     ) -> None:
-        self.workdir = Path(workdir) if workdir is not None else Path(tempfile.mkdtemp(prefix="salience-recipe-"))
+        if workdir is None:  # a temporary folder of this process: removed when the process exits
+            self.workdir = Path(tempfile.mkdtemp(prefix="salience-recipe-"))
+            atexit.register(shutil.rmtree, self.workdir, ignore_errors=True)
+        else:
+            self.workdir = Path(workdir)
         if isinstance(config, Mapping):
             import yaml
 

@@ -189,10 +189,31 @@ def test_generative_benchmark_quick(tmp_path: Path) -> None:
     for arm, stats in summary.items():
         assert 0.0 <= stats["ndcg@10"]["mean"] <= stats["recall@10"]["mean"] <= 1.0, arm
     assert "synthetic" in result["verdicts"]
+    run = result["datasets"]["synthetic"]
+    assert set(run["paired"]) == {f"{a} - {b}" for a, b in bench.PAIRS}  # every pair on the same test users
+    for entry in run["paired"].values():
+        assert set(entry) == set(bench.PAIRED_METRICS)
+        assert all(e["low"] <= e["estimate"] <= e["high"] and len(e["per_seed"]) == 1 for e in entry.values())
+    multi = run["paired"]["sid-multi - sid-plain"]["recall@10"]  # the paired mean is the difference of the means
+    assert multi["estimate"] == pytest.approx(summary["sid-multi"]["recall@10"]["mean"] - summary["sid-plain"]["recall@10"]["mean"])
+    assert result["verdicts"]["synthetic"]["rule"] == "per-user paired"
+    assert all("_per_user" not in p and p["epochs_run"] == 1 for p in run["points"])
+    assert run["sasrec_recall@10"]["low"] <= summary["sasrec"]["recall@10"]["mean"] <= run["sasrec_recall@10"]["high"]
+    for low, high, verdict in ((0.057, 0.063, "met"), (0.050, 0.060, "inconclusive"), (0.040, 0.050, "NOT met")):
+        got = bench._sasrec_verdict({"sasrec_recall@10": {"estimate": (low + high) / 2, "low": low, "high": high}})
+        assert got is not None and got["verdict"].startswith(verdict)
     markdown = (tmp_path / "generative_quick.md").read_text()
     (tmp_path / "generative_quick.md").unlink()
     assert bench.main(["--render", str(tmp_path / "generative_quick.json")]) == 0
     assert (tmp_path / "generative_quick.md").read_text() == markdown
+    # --merge with one arm: the other arms' points stay (with their command), the arm is measured again
+    assert bench.main(["--quick", "--arms", "sasrec", "--merge", "--output-dir", str(tmp_path)]) == 0
+    merged = json.loads((tmp_path / "generative_quick.json").read_text())["datasets"]["synthetic"]
+    assert sorted(p["arm"] for p in merged["points"]) == sorted(bench.ARMS)
+    kept = {p["arm"]: p for p in merged["points"]}
+    assert kept["sid-plain"]["recall@10"] == run["points"][1]["recall@10"] and "--arms sasrec" not in kept["sid-plain"]["command"]
+    assert "--arms sasrec" in kept["sasrec"]["command"] and set(merged["summary"]) == set(bench.ARMS)
+    assert set(merged["paired"]) == set()  # per-user pairs only among the arms measured together
 
 
 def test_every_benchmark_but_the_pipeline_has_a_quick_smoke_test() -> None:

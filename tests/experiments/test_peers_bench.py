@@ -123,9 +123,13 @@ def test_report_pairs_the_arms_and_says_met_or_not(tmp_path: Path) -> None:
     assert len(comparison["dcnv2"]["per_seed"]) == 3 and comparison["dcnv2"]["combined"]["method"] == "seeds"
     verdicts = peers.target_verdicts(summary, comparison)
     dcnv2, deepfm, overall = verdicts.values()
-    assert dcnv2.startswith("met: AUC at or above (") and "x0.50" in dcnv2 and ": better)" in dcnv2
-    assert deepfm.startswith("NOT met: AUC below (") and ": worse); wall time more" in deepfm
+    assert dcnv2.startswith("met: paired +") and "x0.50" in dcnv2 and "(better; means" in dcnv2
+    assert deepfm.startswith("NOT met: paired -") and "(worse; means" in deepfm and "wall time more" in deepfm
     assert overall.startswith("NOT met")
+    # a mean above with an interval across zero is a tie, not "met"
+    tied = {**comparison["dcnv2"], "verdict": "tie"}
+    verdict_tie, overall_tie = peers.target_verdicts(summary, {"dcnv2": tied}).values()
+    assert verdict_tie.startswith("tie: paired") and overall_tie.startswith("tie")
     result = {"command": "python -m experiments.benchmarks.peers ", "date": "2026-01-01",
               "hardware": {"cpu": "cpu", "cores": 2, "gpu": None}, "seeds": 3, "quick": False, "note": "a note",
               "threads": 1, "stopped_by_budget": "seeds: 3 of 4 requested",

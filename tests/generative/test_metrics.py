@@ -143,3 +143,22 @@ def test_summarize_and_table() -> None:
     ]
     with pytest.raises(ValueError, match="at least one"):
         summarize([])
+
+
+def test_per_row_metrics_average_to_ranking_metrics() -> None:
+    """The per-user units of a paired comparison: their means are :func:`ranking_metrics`."""
+    from generative.metrics import hit_ranks, per_row_metrics
+
+    rng = np.random.default_rng(3)
+    top = np.stack([rng.permutation(50)[:10] + 1 for _ in range(400)])
+    targets = rng.integers(1, 51, 400)
+    ranks = hit_ranks(top, targets)
+    assert ranks.shape == (400,) and ranks.max() <= 10
+    assert (ranks[ranks < 10] == np.argmax(top == targets[:, None], axis=1)[ranks < 10]).all()
+    expected = ranking_metrics(top, targets, ks=(5, 10))
+    for k in (5, 10):
+        rows = per_row_metrics(ranks, k)
+        assert rows[f"recall@{k}"].mean() == pytest.approx(expected[f"recall@{k}"])
+        assert rows[f"ndcg@{k}"].mean() == pytest.approx(expected[f"ndcg@{k}"])
+    with pytest.raises(ValueError, match="targets"):
+        hit_ranks(top, targets[:-1])

@@ -121,8 +121,9 @@ def test_split_config_validation(parts: tuple[float, float, float]) -> None:
 
 
 def test_split_config_valid() -> None:
-    SplitConfig(1.0, 0.0, 0.0)
-    SplitConfig(0.7, 0.2, 0.1)  # float rounding is tolerated
+    assert (SplitConfig(1.0, 0.0, 0.0).train, SplitConfig(1.0, 0.0, 0.0).test) == (1.0, 0.0)
+    cfg = SplitConfig(0.7, 0.2, 0.1)  # float rounding is tolerated (0.7 + 0.2 + 0.1 != 1.0 in floats)
+    assert (cfg.train, cfg.val, cfg.test) == (0.7, 0.2, 0.1)
 
 
 # -- splits and fitting ---------------------------------------------------------------------------

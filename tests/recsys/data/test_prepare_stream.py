@@ -19,6 +19,7 @@ from recsys.data.readers import CriteoReader, TabularReader
 from recsys.data.readers import _stream
 from recsys.data.shards import ShardError, ShardSet
 from recsys.data.splits import SplitConfig
+from tests.conftest import require_dataset
 from tests.recsys.data.test_readers_stream import criteo_lines
 from tests.recsys.data.test_splits import shop_frame, write_shop
 
@@ -94,9 +95,7 @@ def test_criteo_files_split_equals_prepare_data(tmp_path: Path) -> None:
 @pytest.mark.data
 def test_criteo_head_equals_prepare_data(tmp_path: Path, data_dir: Path) -> None:
     """The real Criteo head, cut into predefined files: same preprocessor and arrays as in memory."""
-    src = data_dir / "criteo-kaggle-head10k" / "train_head10k.txt.gz"
-    if not src.exists():
-        pytest.skip("criteo-kaggle-head10k not present")
+    src = require_dataset(data_dir, "criteo-kaggle-head10k") / "train_head10k.txt.gz"
     lines = gzip.decompress(src.read_bytes()).decode().splitlines()
     paths = {"train": tmp_path / "train.txt.gz", "val": tmp_path / "val.txt", "test": tmp_path / "test.txt"}
     paths["train"].write_bytes(gzip.compress(("\n".join(lines[:8000]) + "\n").encode()))  # gzip and plain mixed

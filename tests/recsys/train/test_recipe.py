@@ -198,3 +198,21 @@ def test_optuna_import_errors_keep_no_frames() -> None:
     kept = [getattr(m, "_imports", None) for n, m in list(sys.modules.items()) if n.startswith("optuna")]
     errors = [k._deferred[0] for k in kept if getattr(k, "_deferred", None)]
     assert all(e.__traceback__ is None for e in errors) and optuna.__version__
+
+
+def test_a_default_workdir_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+    """Recipe's own temporary folder outlives the fits (their run folders are in it) but not the
+    process: a command that never names a workdir leaves nothing in the temp folder."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from recsys.train.recipe import Recipe; "
+            "r = Recipe({'trainer': {'max_epochs': 1}}); print(r.workdir); assert r.workdir.is_dir()")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "TMPDIR": str(tmp_path)})
+    workdir = Path(out.stdout.strip().splitlines()[-1])
+    assert workdir.parent == tmp_path and workdir.name.startswith("salience-recipe-")
+    assert not workdir.exists()
+    config = Path(__file__).resolve().parents[3] / "experiments" / "configs" / "synthetic_dcnv2.yaml"
+    assert Recipe(config, workdir=tmp_path / "kept").workdir == tmp_path / "kept"
