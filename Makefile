@@ -8,7 +8,7 @@ UI_PORT ?= 5000
 # test processes (pytest-xdist); 0 runs the suite in the pytest process itself
 TEST_WORKERS ?= 2
 
-.PHONY: venv demo test test-all ui bench clean
+.PHONY: venv demo test test-all ui bench clean clean-runs
 
 $(STAMP): requirements/cpu.txt requirements/text.txt pyproject.toml requirements/fbgemm-gpu-shim/pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -37,5 +37,11 @@ bench: venv
 	$(VENV)/bin/salience bench throughput
 	$(VENV)/bin/salience bench quality
 
+# caches and build outputs only (prepared-data caches, the peers' venv, tool caches); runs stay
 clean:
-	rm -rf .cache runs mlflow.db
+	rm -rf .cache .mypy_cache .pytest_cache .ruff_cache build dist *.egg-info
+	find . -path ./$(VENV) -prune -o -name __pycache__ -type d -prune -exec rm -rf {} +
+
+# every run, checkpoint and the local MLflow store: asked for by name, never by `make clean`
+clean-runs:
+	rm -rf runs mlflow.db mlruns

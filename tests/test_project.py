@@ -67,6 +67,24 @@ def test_make_targets_and_ci() -> None:
     assert "make test" in ci and "SALIENCE_DATA_DIR" in ci
 
 
+def test_make_clean_keeps_runs_and_a_named_target_removes_them(tmp_path: Path) -> None:
+    """``make clean`` removes caches and build outputs only; runs go with ``make clean-runs``."""
+    import shutil
+    import subprocess
+
+    if shutil.which("make") is None:
+        pytest.fail("make is not installed: the README's set-up needs it")
+    for name in ("runs/frappe/checkpoints", "mlruns", ".cache/salience", ".mypy_cache", "pkg/__pycache__"):
+        (tmp_path / name).mkdir(parents=True)
+    (tmp_path / "mlflow.db").write_text("store")
+    shutil.copy(ROOT / "Makefile", tmp_path / "Makefile")
+    subprocess.run(["make", "-s", "clean"], cwd=tmp_path, check=True)
+    assert (tmp_path / "runs/frappe/checkpoints").is_dir() and (tmp_path / "mlflow.db").is_file() and (tmp_path / "mlruns").is_dir()
+    assert not any((tmp_path / n).exists() for n in (".cache", ".mypy_cache", "pkg/__pycache__"))
+    subprocess.run(["make", "-s", "clean-runs"], cwd=tmp_path, check=True)
+    assert not any((tmp_path / n).exists() for n in ("runs", "mlflow.db", "mlruns"))
+
+
 def test_cpu_requirements_pin_the_stack_and_avoid_the_cuda_fbgemm() -> None:
     req = (ROOT / "requirements" / "cpu.txt").read_text()
     for pin in ("torch==2.13.0", "fbgemm-gpu-cpu==1.8.0", "torchrec==1.8.0", "lightning==2.6.6", "mlflow==3.17.2", "optuna==5.0.0"):

@@ -17,7 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 #: commands that start a network server
 SERVER = re.compile(
     r"(?<![\w.-])(mlflow\s+(?:ui|server|models\s+serve|gateway\s+start)|optuna-dashboard|tensorboard"
-    r"|jupyter[-\s]+(?:lab|notebook|server)|http\.server|uvicorn|gunicorn|streamlit\s+run|torchserve)\b"
+    r"|jupyter[-\s]+(?:lab|notebook|server)|http\.server|uvicorn|gunicorn|streamlit\s+run|torchserve"
+    r"|dask[-\s]+(?:scheduler|worker))\b"
 )
 #: a bind flag with its address
 BIND = re.compile(r"(?:--host|--ip|--bind|--address|--server\.address|\s-[hb])(?:=|\s+)['\"]?([^\s'\"]+)")
@@ -91,6 +92,9 @@ def test_checker_flags_what_it_should() -> None:
         "mlflow server --backend-store-uri x \\\n  --host 10.0.0.5",
         "uvicorn app:app --host :: --port 80",
         "app.run(host='0.0.0.0')",
+        "dask scheduler --port 8786",  # Dask unpickles what clients send: never on every interface
+        "dask-scheduler --host 10.0.0.5",
+        "dask worker tcp://10.0.0.5:8786 --nworkers 8",
     ]
     for text in bad:
         assert problems(text, "t"), text
@@ -105,6 +109,8 @@ def test_checker_flags_what_it_should() -> None:
         "`make ui` then serves the MLflow UI on http://127.0.0.1:5000.",
         "an MLflow server with artifact serving",
         "export MLFLOW_TRACKING_URI=http://MLFLOW_HOST:5000",
+        "dask scheduler --host 127.0.0.1 --port 8786",
+        "# this exposes the scheduler to the private network, TLS only\ndask scheduler --host 10.0.0.5 --protocol tls",
     ]
     for text in good:
         assert problems(text, "t") == [], text
@@ -132,3 +138,17 @@ def test_no_code_binds_all_interfaces() -> None:
                 if ALL_INTERFACES.search(line) and not EXPOSES.search(line):
                     found.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_a_local_dask_cluster_listens_on_loopback_only() -> None:
+    """The Dask engine's own cluster (``data.scheduler: null``): scheduler, workers and dashboard
+    on 127.0.0.1; the docs start a shared one only on a private address with TLS."""
+    import inspect
+
+    from recsys.data import distributed
+
+    source = inspect.getsource(distributed._connect)
+    assert "LocalCluster(" in source and "host=LOOPBACK" in source and 'dashboard_address=f"{LOOPBACK}:' in source
+    assert distributed.LOOPBACK == "127.0.0.1"
+    doc = (ROOT / "docs" / "multi-node.md").read_text(encoding="utf-8")
+    assert "--protocol tls" in doc and "--tls-ca-file" in doc and "REQUIRE_ENCRYPTION=True" in doc

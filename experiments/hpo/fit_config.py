@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["cli_args", "get_nested", "resolved_config", "set_nested", "simple_overrides"]
+__all__ = ["cli_args", "resolved_config", "set_nested", "simple_overrides"]
 
 
 def set_nested(config: dict[str, Any], dotted: str, value: Any) -> bool:
@@ -25,16 +25,6 @@ def set_nested(config: dict[str, Any], dotted: str, value: Any) -> bool:
         node = child
     node[last] = value
     return True
-
-
-def get_nested(config: Mapping[str, Any], dotted: str, default: Any = None) -> Any:
-    """``config[a][b]`` for ``dotted = "a.b"``, or ``default`` when a level is missing."""
-    node: Any = config
-    for key in dotted.split("."):
-        if not isinstance(node, Mapping) or key not in node:
-            return default
-        node = node[key]
-    return node
 
 
 def simple_overrides(overrides: Sequence[str]) -> tuple[dict[str, Any], list[str]]:

@@ -296,6 +296,10 @@ def _pass2(part: _Part, job: _Job, chunks: int, pre: Preprocessor) -> _Written:
 
 
 # -- the client ----------------------------------------------------------------------------
+#: where a local cluster's scheduler, workers and dashboard listen
+LOOPBACK = "127.0.0.1"
+
+
 @contextmanager
 def _connect(client: Any, n_workers: int | None) -> Iterator[Any]:
     """A ``distributed.Client``: the one given, one connected to a scheduler address, or a
@@ -313,7 +317,9 @@ def _connect(client: Any, n_workers: int | None) -> Iterator[Any]:
         with Client(client) as c:
             yield c
         return
-    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True) as cluster, Client(cluster) as c:
+    # loopback only: Dask unpickles what its clients send, so a local cluster never listens beyond this host
+    with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host=LOOPBACK,
+                      dashboard_address=f"{LOOPBACK}:8787") as cluster, Client(cluster) as c:
         yield c
 
 
@@ -419,7 +425,7 @@ def prepare_shards_distributed(
             each file's last shard of a split may hold fewer rows; both sized by bytes from
             the reader's :meth:`~recsys.data.readers.base.Reader.schema_hint` when None).
         cache_dir: folder of the shard sets, on storage every worker sees at the same path.
-        client: a ``distributed.Client``, a scheduler address (``"tcp://host:8786"``), or None
+        client: a ``distributed.Client``, a scheduler address (``"tls://host:8786"``; see docs/multi-node.md for TLS), or None
             for a local cluster of ``n_workers`` single-threaded worker processes.
         n_workers: workers of the local cluster (None: one per core).
 

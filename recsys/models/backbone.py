@@ -23,7 +23,7 @@ from typing import Any, Optional
 from recsys.data.schema import Schema
 from recsys.models.base import RankingModel, SparseArchConfig
 
-__all__ = ["Backbone", "BackboneSpec", "backbone_class", "backbone_init_args", "build_backbone", "resolve_backbone"]
+__all__ = ["Backbone", "BackboneSpec", "backbone_class", "build_backbone", "resolve_backbone"]
 
 #: What ``model.backbone`` resolves to: ``factory(schema, sparse_arch) -> RankingModel``.
 #: (``Optional`` rather than ``| None``: jsonargparse evaluates this alias at run time.)
@@ -77,12 +77,6 @@ def backbone_class(spec: BackboneSpec | None) -> type[RankingModel]:
         if isinstance(arg, type) and issubclass(arg, RankingModel):
             return arg
     raise ValueError(f"cannot tell the backbone class of {factory!r}")
-
-
-def backbone_init_args(spec: BackboneSpec | None) -> dict[str, Any]:
-    """The constructor arguments a spec sets (``init_args``), with jsonargparse's defaults filled."""
-    factory = resolve_backbone(spec)
-    return dict(getattr(factory, "keywords", {}) or {})
 
 
 def _plain(spec: Any) -> Any:
