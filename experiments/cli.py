@@ -3,17 +3,17 @@
     salience fit|validate|test|predict --config experiments/configs/frappe_dcnv2.yaml
     torchrun --nproc_per_node 2 -m experiments.cli fit --config experiments/configs/frappe_dcnv2_sharded.yaml
     salience export --checkpoint CKPT --output DIR
-    salience rank --config CFG --method outrank|permutation|leap
+    salience rank --config CFG --method {methods}
     salience select --config CFG --method M --k 2,4,8
     salience quality DATA... | --config CFG
     salience pipeline --config experiments/configs/pipeline/frappe.yaml
     salience demo
     salience wide-data --features 1000 --rows 50000 --output data/wide.parquet
-    salience dims --config CFG --method uniform|mde|dnis|ihas --budget 0.5x16
+    salience dims --config CFG --method {searches} --budget 0.5x16
     salience compress --checkpoint CKPT --config CFG --budget 0.1x --output DIR
     salience compress --config CFG --budget 0.125x --output DIR     # also trains dims / row-scheme layouts
-    salience bench throughput|quality|selection|dims|generative|hpo|sharding|gpu|pipeline|scale|compress [ARGS]
-    salience tune --config CFG --sampler gif|tpe|random --n-trials N [--storage URL] [--workers W]
+    salience bench {benchmarks} [ARGS]
+    salience tune --config CFG --sampler {samplers} --n-trials N [--storage URL] [--workers W]
     salience sid build --dataset beauty --method rq-kmeans --output DIR
     salience gen fit|test --config experiments/configs/generative/beauty.yaml
     salience gen recommend --model EXPORT_DIR --history "12 7 99"
@@ -156,14 +156,14 @@ def _bench(argv: Sequence[str]) -> int:
 
 COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
     "export": (_export, "export a checkpoint to TorchScript + schema.json + loader.py"),
-    "rank": (_rank, "rank features by importance (outrank, permutation, leap) and write the report"),
+    "rank": (_rank, "rank features by importance (any --method above) and write the report"),
     "select": (_select, "selection curve: retrain on the top-k features for each k vs random rankings"),
     "quality": (_quality, "data-quality report of raw data (cardinality, coverage, leakage, noise)"),
     "compress": (_compress, "one byte budget: per-table precision (and, without a checkpoint, dims and row schemes), chosen on validation, exported"),
-    "dims": (_dims, "search embedding dims (uniform, mde, dnis, ihas), retrain, compare with uniform-16"),
+    "dims": (_dims, "search embedding dims (any --method above), retrain, compare with uniform-16"),
     "sid": (_sid, "build semantic IDs (RQ-KMeans, RQ-VAE) for an item catalogue"),
     "gen": (_gen, "generative next-item recommender: fit|validate|test (Lightning) and recommend"),
-    "tune": (_tune, "tune a ranking model's hyperparameters (GIF, TPE, random; Optuna) and write the best config"),
+    "tune": (_tune, "tune a ranking model's hyperparameters (any --sampler above; Optuna) and write the best config"),
     "pipeline": (_pipeline, "quality -> OutRank -> LeAP -> DNIS -> GIF -> final fit -> export, vs the original; resumable"),
     "wide-data": (_wide_data, "write the wide synthetic dataset (thousands of mixed features, planted truth) as Parquet or CSV"),
     "demo": (_demo, "synthetic data -> DCNv2 -> evaluate -> export -> parity, all tracked in MLflow"),
@@ -171,8 +171,18 @@ COMMANDS: dict[str, tuple[Callable[[Sequence[str]], int], str]] = {
 }
 
 
+def _registered() -> dict[str, str]:
+    """The choices the usage lists, read from the registries (never a hand-kept list)."""
+    import embeddings
+    import selection
+    from experiments.hpo import SamplerChoice
+
+    return {"methods": "|".join(selection.method_names()), "searches": "|".join(embeddings.search_names()),
+            "samplers": "|".join(SamplerChoice.registered_names()), "benchmarks": "|".join(BENCHMARKS)}
+
+
 def _usage() -> str:
-    lines = [__doc__.strip(), "", "commands:"]
+    lines = [(__doc__ or "").strip().format(**_registered()), "", "commands:"]
     for name in LIGHTNING_SUBCOMMANDS:
         lines.append(f"  {name:<10} Lightning {name} of a ranking model (--config FILE)")
     for name, (_, help_text) in COMMANDS.items():

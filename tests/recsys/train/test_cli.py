@@ -301,6 +301,17 @@ def test_console_script_help() -> None:
     out = subprocess.run([sys.executable, "-m", "experiments.cli", "--help"], capture_output=True, text=True, check=True).stdout
     for command in ("fit", "test", "predict", "export", "demo", "bench"):
         assert command in out
+    # the choices come from the registries: every registered method, search, sampler and benchmark
+    import embeddings
+    import selection
+    from experiments.benchmarks import BENCHMARKS
+    from experiments.hpo import SamplerChoice
+
+    lines = {line.split()[1]: line for line in out.splitlines() if line.strip().startswith("salience ")}
+    assert lines["rank"].split("--method ")[1].split()[0].split("|") == selection.method_names()
+    assert lines["dims"].split("--method ")[1].split()[0].split("|") == embeddings.search_names()
+    assert lines["tune"].split("--sampler ")[1].split()[0].split("|") == SamplerChoice.registered_names()
+    assert lines["bench"].split()[2].split("|") == list(BENCHMARKS)
 
 
 def test_predict_writes_scores(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
