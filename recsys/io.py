@@ -1,5 +1,6 @@
-"""Small file helpers shared by every package: atomic writes so that a crash never leaves a
-half-written artifact that a later stage would read."""
+"""Small file helpers shared by every package: atomic, durable writes so that a crash (or a
+power cut) never leaves a half-written artifact that a later stage would read: write a new
+file, flush it to the disk, rename it onto the target, flush the folder."""
 
 from __future__ import annotations
 
@@ -43,10 +44,52 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         yield tmp_path
         if tmp_path.exists():  # mkstemp makes it owner-only; give it the mode of a plain new file
             os.chmod(tmp_path, 0o666 & ~_UMASK)
+            _fsync(tmp_path)  # the bytes reach the disk before the name points at them
         os.replace(tmp_path, path)
+        _fsync(path.parent)  # and the rename itself survives a power cut
     finally:
         if tmp_path.exists():
             tmp_path.unlink()
+
+
+def _fsync(path: Path) -> None:
+    """Flush ``path`` (a file, or a folder's entries) to the disk."""
+    flags = os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if path.is_dir() else 0)
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    except OSError:  # a file system without fsync on folders (some network mounts): nothing more to do
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(folder: Path) -> None:
+    """Flush every file and folder under ``folder`` (``folder`` last)."""
+    for root, dirs, files in os.walk(folder, topdown=False):
+        for name in files:
+            _fsync(Path(root) / name)
+        for name in dirs:
+            _fsync(Path(root) / name)
+    _fsync(folder)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``);
+    False where the system cannot (then nothing was changed)."""
+    import ctypes
+    import ctypes.util
+    import sys
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # glibc older than 2.28, or another libc
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
 
 
 def _umask() -> int:
@@ -83,7 +126,9 @@ def atomic_write_json(path: str | Path, obj: Any, default: Callable[[Any], Any] 
 
 @contextmanager
 def atomic_dir(output_dir: str | Path, marker: str) -> Iterator[Path]:
-    """Yield a temp folder next to ``output_dir``; on success it replaces ``output_dir``.
+    """Yield a temp folder next to ``output_dir``; on success it replaces ``output_dir``: its
+    files are flushed to the disk, then it takes the name in one atomic swap (Linux), so a reader
+    sees the old folder or the new one, never none.
 
     An existing ``output_dir`` is replaced only when it is empty or a previous export (holds the
     file ``marker``); anything else raises ``FileExistsError`` before any work is done.
@@ -98,13 +143,18 @@ def atomic_dir(output_dir: str | Path, marker: str) -> Iterator[Path]:
     try:
         yield tmp
         os.chmod(tmp, 0o755)
+        _fsync_tree(tmp)  # every file of the new folder is on the disk before it takes the name
         if output_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".old", dir=output_dir.parent))
-            os.replace(output_dir, old)
-            os.replace(tmp, output_dir)
-            shutil.rmtree(old, ignore_errors=True)
+            if _exchange(tmp, output_dir):  # one atomic swap: the name never points at nothing
+                shutil.rmtree(tmp, ignore_errors=True)  # tmp now holds the previous folder
+            else:  # elsewhere: the previous folder steps aside for the moment of two renames
+                old = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", suffix=".old", dir=output_dir.parent))
+                os.replace(output_dir, old)
+                os.replace(tmp, output_dir)
+                shutil.rmtree(old, ignore_errors=True)
         else:
             os.replace(tmp, output_dir)
+        _fsync(output_dir.parent)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)

@@ -97,3 +97,54 @@ def test_atomic_savefig(tmp_path: Path) -> None:
     plt.close(fig)
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+
+
+def test_a_write_is_flushed_to_disk_before_and_after_its_rename(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The file's bytes are fsynced before the rename, its folder after it: a power cut leaves
+    the old file or the whole new one."""
+    import os
+
+    from recsys import io
+
+    events: list[str] = []
+    real_fsync, real_replace = os.fsync, os.replace
+    monkeypatch.setattr(io.os, "fsync", lambda fd: (events.append(f"fsync {os.readlink(f'/proc/self/fd/{fd}')}"), real_fsync(fd))[1])
+    monkeypatch.setattr(io.os, "replace", lambda a, b: (events.append(f"replace {b}"), real_replace(a, b))[1])
+    target = tmp_path / "out" / "result.json"
+    atomic_write_text(target, "{}")
+    assert target.read_text() == "{}"
+    assert [e.split()[0] for e in events] == ["fsync", "replace", "fsync"]
+    assert events[0].split()[1].startswith(str(target.parent / ".result.json.")) and events[2] == f"fsync {target.parent}"
+
+
+def test_an_export_folder_is_swapped_in_one_step_and_flushed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replacing an export folder: every new file flushed, then one atomic exchange (Linux), so
+    the name never points at nothing; the old folder's files are gone afterwards."""
+    import os
+    import sys
+
+    from recsys import io
+
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    (a / "x").write_text("a"), (b / "y").write_text("b")
+    if sys.platform.startswith("linux"):
+        assert io._exchange(a, b)
+        assert (a / "y").read_text() == "b" and (b / "x").read_text() == "a"  # swapped, both still there
+    out = tmp_path / "export"
+    out.mkdir()
+    (out / "schema.json").write_text("old")
+    (out / "old-only").write_text("old")
+    flushed: list[str] = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(io.os, "fsync", lambda fd: (flushed.append(os.readlink(f"/proc/self/fd/{fd}")), real_fsync(fd))[1])
+    swaps: list[tuple[Path, Path]] = []
+    real_exchange = io._exchange
+    monkeypatch.setattr(io, "_exchange", lambda x, y: (swaps.append((x, y)), real_exchange(x, y))[1])
+    with io.atomic_dir(out, "schema.json") as tmp:
+        (tmp / "schema.json").write_text("new")
+        (tmp / "model.pt").write_bytes(b"\0" * 10)
+    assert (out / "schema.json").read_text() == "new" and not (out / "old-only").exists()
+    assert len(swaps) == 1 and swaps[0][1] == out
+    assert any(f.endswith("model.pt") for f in flushed) and str(tmp_path) in flushed  # files, then the parent folder
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".export.")] == []  # nothing left behind
