@@ -126,6 +126,7 @@ def tune(
     keep_checkpoints: bool = False,
     fixed: Mapping[str, Any] | None = None,
     parent_run_id: str | None = None,
+    allow_changed_settings: bool = False,
 ) -> TuneResult:
     """Tune the hyperparameters of a ``salience fit`` config on validation AUC.
 
@@ -154,9 +155,15 @@ def tune(
         keep_checkpoints: keep every trial's checkpoints (deleted after the trial by default).
         fixed: hyperparameters held at these values instead of searched (see :func:`search_space`).
         parent_run_id: nest the study's MLflow run under this run (a pipeline stage).
+        allow_changed_settings: resume a study that was created with other settings (sampler,
+            config, architecture, seed, epochs, batches, overrides, fixed values), mixing its
+            trials with the new ones; without it such a resume is refused (a larger
+            ``n_trials`` is always fine).
 
     Raises:
         StorageError: the storage cannot be opened.
+        ValueError: a resumed study was created with other settings (and
+            ``allow_changed_settings`` is off).
     """
     _check_arguments(sampler, n_trials, workers)
     pruner_obj = make_pruner(pruner)
@@ -164,8 +171,10 @@ def tune(
     config_path, name, out_dir = _study_files(config, sampler, study_name, output)
     resolved = resolved_config(config_path, overrides)
     space = search_space(backbone_spec(resolved)[0], fixed)
-    attrs = {"sampler": sampler, "config": str(config_path), "n_trials": n_trials, "arch": space.arch}
-    rdb, remaining = _open_study(storage_url, name, seed, pruner_obj, attrs)
+    attrs = {"sampler": sampler, "config": str(config_path), "n_trials": n_trials, "arch": space.arch, "seed": seed,
+             "max_epochs": max_epochs, "limit_train_batches": limit_train_batches, "overrides": list(overrides),
+             "fixed": json.loads(json.dumps(dict(fixed or {}), default=str))}
+    rdb, remaining = _open_study(storage_url, name, seed, pruner_obj, attrs, allow_changed_settings)
     tracker = _study_tracker(name, storage_url, experiment, parent_run_id) if tracking else None
     settings = TrialSettings(
         config=str(config_path),
@@ -232,11 +241,17 @@ def _study_files(
     return config_path, name, out_dir
 
 
+#: settings a study may change on resume without mixing unlike trials
+RESUMABLE_CHANGES = ("n_trials",)
+
+
 def _open_study(
-    storage_url: str, name: str, seed: int, pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any]
+    storage_url: str, name: str, seed: int, pruner: optuna.pruners.BasePruner, attrs: Mapping[str, Any],
+    allow_changed_settings: bool = False,
 ) -> tuple[optuna.storages.RDBStorage, int]:
-    """Create or load the study, record ``attrs`` (warning when a resumed study was created with
-    other ones); the storage and the trials missing to ``attrs["n_trials"]``."""
+    """Create or load the study and record ``attrs``; a resumed study created with other
+    settings is refused (``allow_changed_settings``: a warning per setting, then resumed).
+    Returns the storage and the trials missing to ``attrs["n_trials"]``."""
     rdb = open_storage(storage_url)
     study = optuna.create_study(
         study_name=name,
@@ -247,11 +262,18 @@ def _open_study(
         load_if_exists=True,
     )
     stored = study.user_attrs
+    changed = {k: (stored[k], v) for k, v in attrs.items() if k in stored and stored[k] != v and k not in RESUMABLE_CHANGES}
+    if changed and not allow_changed_settings:
+        listed = "; ".join(f"{k}: {old!r} then, {new!r} now" for k, (old, new) in changed.items())
+        raise ValueError(
+            f"study {name!r} in {shown_url(storage_url)} was created with other settings ({listed}); resuming it would "
+            f"mix trials of both. Name a new study (--study-name) or pass --allow-changed-settings to mix them"
+        )
+    for key, (old, new) in changed.items():
+        log.warning("study %s was created with %s=%r, now %r (mixed: --allow-changed-settings)", name, key, old, new)
     for key, value in attrs.items():
-        if key not in stored:
+        if key not in stored or key in RESUMABLE_CHANGES:
             study.set_user_attr(key, value)
-        elif stored[key] != value:
-            log.warning("study %s was created with %s=%r, now %r", name, key, stored[key], value)
     done = len(study.get_trials(deepcopy=False, states=None))
     remaining = max(0, int(attrs["n_trials"]) - done)
     if done:
@@ -374,6 +396,9 @@ def tune_main(argv: Sequence[str]) -> int:
     parser.add_argument("--experiment", default="hpo", help="MLflow experiment (default: hpo)")
     parser.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep every trial's checkpoints")
+    parser.add_argument("--allow-changed-settings", action="store_true",
+                        help="resume a study created with other settings, mixing its trials with the new ones "
+                             "(refused by default; a larger --n-trials is always fine)")
     own, passthrough = split_passthrough(argv)
     args, overrides = parser.parse_known_args(own)
     overrides += passthrough
@@ -395,6 +420,7 @@ def tune_main(argv: Sequence[str]) -> int:
             experiment=args.experiment,
             pruner=args.pruner,
             keep_checkpoints=args.keep_checkpoints,
+            allow_changed_settings=args.allow_changed_settings,
         )
     except (StorageError, FileNotFoundError, ValueError) as e:
         print(f"salience tune: error: {e}", file=sys.stderr)

@@ -472,3 +472,31 @@ def test_tune_on_frappe_through_the_cli(
     config = _load_with_cli(best, capsys)
     assert config["data"]["reader"]["class_path"].endswith("FrappeReader")
     assert (tmp_cwd / "optuna.db").is_file()  # the default storage
+
+
+def test_resuming_a_study_with_other_settings_is_refused_unless_asked(
+    tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A resumed study mixes its trials with the new ones only when asked: other epochs, seed,
+    overrides, ... are refused (naming the settings and the two ways out); more trials are fine."""
+    from experiments.hpo.tune import tune_main
+    from recsys.train.recipe import FitResult, Recipe
+
+    monkeypatch.setattr(Recipe, "fit", lambda self, **kw: FitResult(task=None, datamodule=None,  # type: ignore[arg-type]
+                                                                     metrics={"best_val_auc": 0.7}))
+    url = f"sqlite:///{tmp_cwd / 'o.db'}"
+    tune(SYNTHETIC, sampler="random", n_trials=1, storage=url, study_name="s", max_epochs=1, tracking=False)
+    with pytest.raises(ValueError, match=r"max_epochs: 1 then, 2 now.*--study-name.*--allow-changed-settings"):
+        tune(SYNTHETIC, sampler="random", n_trials=2, storage=url, study_name="s", max_epochs=2, tracking=False)
+    with pytest.raises(ValueError, match=r"overrides: \[\] then, \['--data.batch_size=64'\] now"):
+        tune(SYNTHETIC, sampler="random", n_trials=2, storage=url, study_name="s", max_epochs=1, tracking=False,
+             overrides=["--data.batch_size=64"])
+    assert len(optuna.load_study(study_name="s", storage=url).trials) == 1  # nothing ran
+    more = tune(SYNTHETIC, sampler="random", n_trials=2, storage=url, study_name="s", max_epochs=1, tracking=False)
+    assert len(more.values) == 2  # a larger budget with the same settings resumes
+    mixed = tune(SYNTHETIC, sampler="random", n_trials=3, storage=url, study_name="s", max_epochs=2, tracking=False,
+                 allow_changed_settings=True)
+    assert len(mixed.values) == 3
+    code = tune_main(["--config", str(SYNTHETIC), "--sampler", "random", "--n-trials", "4", "--storage", url,
+                      "--study-name", "s", "--max-epochs", "3", "--no-tracking"])
+    assert code == 2 and "--allow-changed-settings" in capsys.readouterr().err
