@@ -147,22 +147,35 @@ class Pipeline:
         return Recipe(self.config.model_config_path, self.config.overrides, workdir=self.out / "fits", quiet=True).dataset_name
 
     def _parent_run(self, state: PipelineState) -> Any:
-        """The pipeline's parent run: the one of the state (reopened), else a new one."""
-        from recsys.tracking import RunTracker
+        """The pipeline's parent run: the one of the state (reopened), else a new one.
 
-        if state.parent_run_id is not None:
-            parent = _reopen(state.parent_run_id)
+        A parent that cannot be reopened (another MLflow store: a rerun from another folder with
+        the default ``sqlite:///mlflow.db``, or the run deleted) is replaced by a new parent run,
+        and the finished stages are kept, with a warning that names the store and ``--restart``.
+        """
+        from experiments.hpo.storage import shown_url
+        from recsys.tracking import RunTracker, tracking_uri
+
+        previous = state.parent_run_id
+        if previous is not None:
+            parent = _reopen(previous)
             if parent is not None:
                 if state.running is not None:
                     _fail_subtree(parent.client, state.running["run_id"], "the pipeline stopped during this stage")
                     state.running = None
                 return parent
-        parent = RunTracker(state.experiment, f"pipeline-{self.config.name}",
-                            tags={"salience.role": "pipeline", "salience.pipeline": self.config.name,
-                                  "salience.output": str(self.out.resolve())})
+            log.warning(
+                "pipeline %s: its MLflow parent run %s is not in %s (another tracking store, or the run was deleted); "
+                "the stages done before (%s) are kept and the rest run under a new parent run there. "
+                "Set MLFLOW_TRACKING_URI to the first store to keep one parent, or run with --restart to redo every stage",
+                self.config.name, previous, shown_url(tracking_uri()), ", ".join(state.stages) or "none")
+            state.running = None  # its run lives in the other store
+        tags = {"salience.role": "pipeline", "salience.pipeline": self.config.name, "salience.output": str(self.out.resolve())}
+        if previous is not None:
+            tags |= {"salience.previous_parent_run": previous, "salience.stages_kept": ",".join(state.stages)}
+        parent = RunTracker(state.experiment, f"pipeline-{self.config.name}", tags=tags)
         parent.log_params({"pipeline": {k: v for k, v in self.config.to_dict().items() if k != "output"}})
         state.parent_run_id = parent.run_id
-        state.stages.clear()
         return parent
 
     def _run_stage(self, name: str, stage: Any, state: PipelineState, results: dict[str, dict[str, Any]],

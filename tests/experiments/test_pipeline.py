@@ -276,3 +276,36 @@ def test_paired_auc_reads_both_stages_scores_of_the_same_rows(tmp_path: Path) ->
     assert paired_auc(a, tmp_path / "missing.npz") is None
     with pytest.raises(StageError, match="score different test rows"):
         paired_auc(a, other)
+
+
+def test_a_parent_run_in_another_store_keeps_the_finished_stages(
+    tmp_cwd: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rerun whose MLflow store lacks the pipeline's parent run (another folder's default
+    ``mlflow.db``): the finished stages are not redone; the rest run under a new parent run that
+    names the old one, with a warning naming the store and ``--restart``."""
+    import logging
+    import shutil
+
+    path = _config(tmp_cwd)
+    run_pipeline(path, stop_after="quality")
+    out = tmp_cwd / "out"
+    first = json.loads((out / "pipeline_state.json").read_text())
+    other = tmp_cwd / "elsewhere"
+    other.mkdir()
+    shutil.copyfile(tmp_cwd / "mlflow.db", other / "mlflow.db")
+    from mlflow import MlflowClient
+
+    MlflowClient(f"sqlite:///{other / 'mlflow.db'}").delete_run(first["parent_run_id"])  # gone from that store
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{other / 'mlflow.db'}")
+    with caplog.at_level(logging.WARNING, logger="experiments.pipeline.runner"):
+        results = run_pipeline(path, stop_after="screening")
+    assert list(results) == ["quality", "screening"]
+    state = json.loads((out / "pipeline_state.json").read_text())
+    assert state["stages"]["quality"]["finished_at"] == first["stages"]["quality"]["finished_at"]  # not redone
+    assert state["parent_run_id"] != first["parent_run_id"]
+    warning = " ".join(r.getMessage() for r in caplog.records)
+    assert first["parent_run_id"] in warning and str(other / "mlflow.db") in warning and "--restart" in warning
+    parent = MlflowClient(f"sqlite:///{other / 'mlflow.db'}").get_run(state["parent_run_id"])
+    assert parent.data.tags["salience.previous_parent_run"] == first["parent_run_id"]
+    assert parent.data.tags["salience.stages_kept"] == "quality"
