@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Callable, Sequence
 
@@ -190,9 +191,48 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
+#: show the whole traceback of an input error (the flag, or this variable set to 1)
+TRACEBACK_FLAG, TRACEBACK_ENV = "--traceback", "SALIENCE_TRACEBACK"
+
+
+def input_errors() -> tuple[type[BaseException], ...]:
+    """The errors that report bad input of the user's own (a file, a config key, a value): the
+    command prints their message alone. Anything else is a bug and keeps its traceback."""
+    from embeddings.plan import DimensionPlanError
+    from experiments.hpo.storage import StorageError
+    from experiments.pipeline.config import PipelineConfigError
+    from generative.codebook.artifact import CodebookError
+    from recsys.artifacts import ArtifactError
+    from recsys.data.raw import DataError
+    from recsys.data.schema import SchemaError
+    from recsys.data.shards import ShardError
+    from recsys.devices import DeviceError
+    from recsys.export.quantize import PrecisionError
+    from recsys.train.distributed import ShardingError
+    from selection.base import WidthRefusal
+
+    return (DataError, SchemaError, ShardError, ArtifactError, PrecisionError, DeviceError, ShardingError,
+            DimensionPlanError, PipelineConfigError, StorageError, CodebookError, WidthRefusal, FileNotFoundError,
+            IsADirectoryError, NotADirectoryError)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from_command_line = argv is None
-    argv = list(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    show_traceback = TRACEBACK_FLAG in args or os.environ.get(TRACEBACK_ENV, "") not in ("", "0")
+    args = [a for a in args if a != TRACEBACK_FLAG]
+    try:
+        return _dispatch(args, from_command_line, own_argv=from_command_line and TRACEBACK_FLAG not in sys.argv)
+    except Exception as e:
+        if show_traceback or not isinstance(e, input_errors()):
+            raise
+        prog = "salience" + (f" {args[0]}" if args and not args[0].startswith("-") else "")
+        print(f"{prog}: error: {e}\n(the whole traceback: add {TRACEBACK_FLAG} or set {TRACEBACK_ENV}=1)", file=sys.stderr)
+        return 2
+
+
+def _dispatch(argv: list[str], from_command_line: bool, own_argv: bool) -> int:
+    """Run ``argv``'s command; ``own_argv``: LightningCLI may read ``sys.argv`` itself."""
     configure_logging()
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -203,7 +243,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         # on the real command line LightningCLI reads sys.argv itself (and warns if also given args)
         with sigterm_raises():
-            run_cli(None if from_command_line else [command, *rest])
+            run_cli(None if own_argv else [command, *rest])
         if from_command_line:
             exit_distributed(0)
         return 0

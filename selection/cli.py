@@ -68,8 +68,24 @@ def _file_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-seed", type=int, default=0, help="seed of --sample")
     parser.add_argument("--edge-sample", type=int, default=1_000_000, metavar="N",
                         help="rows of the seeded sample OutRank's dense bin edges come from (exact below this)")
+    parser.add_argument("--skip-bad-rows", action="store_true",
+                        help="drop rows with the wrong number of fields (counted, with their line numbers) instead of stopping")
     parser.add_argument("--in-memory", action="store_true", help="read each file whole instead of in chunks")
     parser.add_argument("--no-progress", action="store_true", help="do not show rows and rows/s")
+
+
+def _refuse_unknown(parser: argparse.ArgumentParser, extra: Sequence[str]) -> None:
+    """Raw data files take no `salience fit` overrides: an argument this command does not know
+    is an error naming it (and the closest option), not silently ignored."""
+    import difflib
+
+    if not extra:
+        return
+    known = [o for action in parser._actions for o in action.option_strings]
+    flag = extra[0].split("=", 1)[0]
+    close = difflib.get_close_matches(flag, known, n=1)
+    parser.error(f"unrecognized argument {extra[0]!r}" + (f"; did you mean {close[0]}?" if close else "")
+                 + " (fit overrides apply only with --config)")
 
 
 def _sources(args: argparse.Namespace) -> list[tuple[str, Any, dict[str, Any]]]:
@@ -84,7 +100,7 @@ def _sources(args: argparse.Namespace) -> list[tuple[str, Any, dict[str, Any]]]:
         notes["sample"] = {"fraction": args.sample, "max_rows": args.sample_rows, "seed": args.sample_seed}
     out = []
     for path in args.data:
-        src = raw_chunk_source(path, args.format, args.label, args.schema, args.chunk_rows)
+        src = raw_chunk_source(path, args.format, args.label, args.schema, args.chunk_rows, args.skip_bad_rows)
         try:
             src = row_sample(src, args.sample, args.sample_rows, args.sample_seed)
         except ValueError as e:
@@ -129,6 +145,7 @@ def rank_main(argv: Sequence[str]) -> int:
     if bool(args.data) == bool(args.config):
         parser.error("give either --config or data files")
     if args.data:
+        _refuse_unknown(parser, overrides)
         return _rank_files(args)
     method, recipe = _build(args, overrides, Path("runs") / "rank" / "fits")
     tracker = _tracker(recipe, f"rank-{args.method}", not args.no_tracking)
@@ -162,7 +179,7 @@ def _rank_files(args: argparse.Namespace) -> int:
         if args.in_memory:
             if "sample" in notes:
                 raise SystemExit("--sample/--sample-rows need the streaming reader; drop --in-memory")
-            report = method.rank_raw(read_raw_file(path, args.format, args.label, args.schema))
+            report = method.rank_raw(read_raw_file(path, args.format, args.label, args.schema, args.skip_bad_rows))
         else:
             report = rank_stream(source, method, edge_sample=args.edge_sample, progress=not args.no_progress,
                                  notes=notes)
@@ -320,6 +337,8 @@ def quality_main(argv: Sequence[str]) -> int:
     overrides += passthrough
     if not args.data and not args.config:
         parser.error("give data files or --config")
+    if not args.config:
+        _refuse_unknown(parser, overrides)
 
     from selection.quality import data_quality
 
@@ -332,7 +351,8 @@ def quality_main(argv: Sequence[str]) -> int:
 
         if args.sample is not None or args.sample_rows is not None or args.sketch or args.sketch_threshold:
             raise SystemExit("--sample/--sample-rows/--sketch need the streaming reader; drop --in-memory")
-        reports = [data_quality(r) for r in read_raw_files(args.data, fmt=args.format, label=args.label, schema=args.schema)]
+        reports = [data_quality(r) for r in read_raw_files(args.data, fmt=args.format, label=args.label, schema=args.schema,
+                                                           skip_bad_rows=args.skip_bad_rows)]
     else:
         from selection.quality_stream import data_quality_stream
 

@@ -159,5 +159,6 @@ def resolve_data_path(path: str | os.PathLike[str] | None, default: str) -> Path
         tried.append(under)
         if under.exists():
             return under
-    hint = "" if root else f" (set {DATA_DIR_ENV} to the folder that holds the datasets)"
-    raise FileNotFoundError(f"dataset path not found: {', '.join(map(str, tried)) or candidate}{hint}")
+    # only a relative path is looked up under the data folder: an absolute one is the user's own file
+    hint = "" if root or candidate.is_absolute() else f" (a relative path is also looked up under {DATA_DIR_ENV}, which is not set)"
+    raise FileNotFoundError(f"path not found: {', '.join(map(str, tried)) or candidate}{hint}")
