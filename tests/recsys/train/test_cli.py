@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from recsys.tracking import tracking_uri
 from recsys.train.checkpoint import load_checkpoint
 from recsys.train.cli import SalienceCLI
 
+ROOT = Path(__file__).resolve().parents[3]
 CONFIG = Path(__file__).resolve().parents[3] / "experiments" / "configs" / "synthetic_dcnv2.yaml"
 
 
@@ -360,6 +362,12 @@ def test_users_own_csv_bad_row_is_an_error_naming_file_and_line(tmp_cwd: Path) -
     csv, schema = _write_user_csv(tmp_cwd, bad_line=True)
     with pytest.raises(DataError, match=r"clicks\.csv:102: expected 4 comma-separated fields, found 3"):
         SalienceCLI(args=_user_data_args(csv, schema, tmp_cwd, skip=False))
+    # through the `salience` command: the message alone, exit code 2 (no traceback)
+    out = subprocess.run([sys.executable, "-m", "experiments.cli", *_user_data_args(csv, schema, tmp_cwd, skip=False)],
+                         capture_output=True, text=True, cwd=tmp_cwd, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "salience fit: error: " in out.stderr and "clicks.csv:102: expected 4 comma-separated fields" in out.stderr
+    assert "Traceback" not in out.stderr
 
 
 def test_users_own_csv_skipped_rows_are_counted_in_the_run(tmp_cwd: Path) -> None:
