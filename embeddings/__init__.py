@@ -15,7 +15,6 @@ from embeddings.base import DimensionSearch, get_search, search_names
 from embeddings.baselines import budget_of, mde_dims, mde_plan, uniform_plan
 from embeddings.dnis import DNIS
 from embeddings.ihas import IHAS, IHASGate, IHASRoutedModel, IHASRouter
-from embeddings.searches import MDEDims, UniformDims
 from embeddings.plan import (
     ALIGNMENT,
     DimensionAlignmentWarning,
@@ -26,6 +25,7 @@ from embeddings.plan import (
     check_budget,
     min_budget,
 )
+from embeddings.searches import MDEDims, UniformDims
 
 __all__ = [
     "align_dim",

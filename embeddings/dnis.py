@@ -81,10 +81,10 @@ from recsys.config import optimizer_lr
 from recsys.train.manual import ManualTask, bce_loss, fit_split
 
 if TYPE_CHECKING:
-    from recsys.data.schema import Schema
-    from recsys.data.split_stream import SplitData
     from torchrec.modules.embedding_modules import EmbeddingBagCollection
 
+    from recsys.data.schema import Schema
+    from recsys.data.split_stream import SplitData
     from recsys.models.base import RankingModel, SparseArch
     from recsys.train.recipe import Recipe
 
@@ -385,8 +385,8 @@ class DNIS(DimensionSearch):
             DimensionPlanError: a budget below one dim of 4 per feature.
         """
         from recsys.data.schema import Schema
-        from recsys.models.base import EmbeddingKernel, SparseArchConfig
         from recsys.models.backbone import build_backbone
+        from recsys.models.base import EmbeddingKernel, SparseArchConfig
 
         start = time.perf_counter()
         dm = recipe.datamodule

@@ -537,8 +537,8 @@ class IHAS(DimensionSearch):
         return schema, train, val, int(self.batch_size or dm.batch_size), dict(recipe.config.get("model") or {})
 
     def _search_model(self, schema: Schema, model_cfg: dict[str, Any]) -> tuple[RankingModel, IHASGate]:
-        from recsys.models.base import EmbeddingKernel, SparseArchConfig
         from recsys.models.backbone import build_backbone
+        from recsys.models.base import EmbeddingKernel, SparseArchConfig
 
         torch.manual_seed(self.seed)
         model = build_backbone(model_cfg.get("backbone"), schema, SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
@@ -647,10 +647,9 @@ class IHAS(DimensionSearch):
         Raises:
             DimensionPlanError: a cluster with no training row under the router (name given).
         """
-        from recsys.models.base import EmbeddingKernel, SparseArchConfig
-        from recsys.models.backbone import build_backbone
-
         from recsys.data.split_stream import SplitView
+        from recsys.models.backbone import build_backbone
+        from recsys.models.base import EmbeddingKernel, SparseArchConfig
 
         schema, train, _, batch_size, model_cfg = self._setup(recipe)
         router = self.router(plan, gate_model)

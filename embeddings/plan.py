@@ -40,8 +40,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recsys.data.schema import Schema, SchemaError
 from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
+from recsys.data.schema import Schema, SchemaError
 
 if TYPE_CHECKING:
     from types import FrameType

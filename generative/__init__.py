@@ -13,7 +13,7 @@
 """
 
 from generative.base import NextItemModel
-from generative.codebook import Codebook, CodebookBuilder, RQKMeans, RQVAE
+from generative.codebook import RQVAE, Codebook, CodebookBuilder, RQKMeans
 from generative.content import ItemContent
 from generative.data import LeaveOneOut, SequenceData, leave_one_out, load_sequences, synthetic_sequences, tail_items
 from generative.metrics import ranking_metrics

@@ -183,7 +183,7 @@ def kmeans(
         assign, dist = nearest_centroid(x, c, x_sq)
         inertia = float(dist.mean())
         it = 0
-        for it in range(1, iterations + 1):
+        for it in range(1, iterations + 1):  # noqa: B007 - read after the loop (iterations run)
             if reseed_empty:
                 _reseed_empty(assign, dist, len(c))
             sums = torch.zeros_like(c).index_add_(0, assign, x)

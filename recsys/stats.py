@@ -103,7 +103,7 @@ def _binary(labels: Any, *scores: Any) -> tuple[np.ndarray, list[np.ndarray]]:
         if not np.isfinite(s).all():
             raise ValueError(f"scores {i} hold {int((~np.isfinite(s)).sum())} NaN/inf values")
     classes = set(np.unique(y).tolist())
-    if not classes <= {0, 1, True, False} or len(classes) < 2:
+    if not classes <= {0, 1} or len(classes) < 2:
         raise ValueError(f"AUC needs labels in {{0, 1}} with both classes present, got the values {sorted(classes)[:5]}")
     return y.astype(bool), out
 

@@ -29,8 +29,8 @@ from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, selectio
 from selection.gbdt import GBDTImportance
 from selection.lasso import LassoImportance
 from selection.leap import LeAP, LeAPFusion, LeAPGateData, LeAPRegularizer, LeAPSeam
-from selection.lpfs import LPFS, LPFSSeam
 from selection.lightgbm_importance import LightGBMImportance
+from selection.lpfs import LPFS, LPFSSeam
 from selection.optfs import OptFS, OptFSSeam
 from selection.outrank import OutRank
 from selection.permutation import FieldShuffle, PermutationImportance, permutation_importance

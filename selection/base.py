@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from recsys.data.schema import FeatureKind, Schema
+from recsys.data.schema import Schema
 from recsys.registry import Registered
 from recsys.train.recipe import Recipe
 from selection.report import ImportanceReport

@@ -273,7 +273,7 @@ class SelectionCurve:
             fig, ax = plt.subplots(figsize=(6.5, 4))
         else:
             fig = ax.figure
-        for i, (seed, pts) in enumerate(sorted(self.random.items())):
+        for i, (_seed, pts) in enumerate(sorted(self.random.items())):
             ax.plot([getattr(p, x) for p in pts], [p.test_auc for p in pts], "-o", color="0.6", markersize=3, linewidth=1,
                     label="random rankings" if i == 0 else None)
         ax.plot([getattr(p, x) for p in self.points], [p.test_auc for p in self.points], "-o", color="tab:blue",

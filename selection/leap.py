@@ -22,9 +22,9 @@ Public names: :class:`LeAPSeam` (the seam transform), :class:`LeAP` (the importa
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum, unique
-from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
@@ -34,7 +34,12 @@ from recsys.data.schema import Schema
 from recsys.models.seam import SeamTransform, step_on
 from recsys.train.recipe import FitResult, Recipe
 from selection.base import (
-    ImportanceMethod, feature_widths, screen_leakage, screen_memorisable, trained_schema, training_relevance,
+    ImportanceMethod,
+    feature_widths,
+    screen_leakage,
+    screen_memorisable,
+    trained_schema,
+    training_relevance,
     with_memorisable_demoted,
 )
 from selection.leap_fusion import LeAPFusion, borda_fusion, fuse, product_fusion, sum_fusion

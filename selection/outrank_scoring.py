@@ -21,7 +21,15 @@ import numpy as np
 from recsys.data.raw import RawData
 from recsys.data.schema import Schema
 from selection.column_codes import EncodedColumn, encode_column, encode_feature, label_codes
-from selection.mutual_info import NullModel, distinct_count, factorize, outrank_score, pair_codes, plain_mi, rotation_significance
+from selection.mutual_info import (
+    NullModel,
+    distinct_count,
+    factorize,
+    outrank_score,
+    pair_codes,
+    plain_mi,
+    rotation_significance,
+)
 
 __all__ = [
     "CONTROL_PREFIX",

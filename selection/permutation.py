@@ -52,7 +52,12 @@ from recsys.models.base import RankingModel
 from recsys.models.seam import SeamTransform
 from recsys.train.recipe import Recipe
 from selection.base import (
-    ImportanceMethod, WidthRefusal, feature_widths, screen_leakage, screen_memorisable, trained_schema,
+    ImportanceMethod,
+    WidthRefusal,
+    feature_widths,
+    screen_leakage,
+    screen_memorisable,
+    trained_schema,
 )
 from selection.report import ImportanceReport
 

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recsys.data.schema import Schema
 from recsys.artifacts import check_format_version, plain, read_artifact, write_artifact
+from recsys.data.schema import Schema
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -28,7 +28,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from recsys.data.encoders import EncodedData
-from recsys.data.schema import FeatureKind, Schema
+from recsys.data.schema import Schema
 from recsys.metrics import binary_auc
 from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod, method_report, screen_leakage

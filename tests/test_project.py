@@ -330,3 +330,16 @@ def test_packages_type_check_clean() -> None:
         cwd=ROOT, capture_output=True, text=True, timeout=1800,
     )
     assert result.returncode == 0, f"mypy found type errors (exit {result.returncode}):\n{result.stdout}{result.stderr}"
+
+
+def test_ruff_clean() -> None:
+    """ruff, with the ``[tool.ruff.lint]`` rules of ``pyproject.toml``, finds nothing in the tree
+    (packages, tests, benchmarks and notebooks)."""
+    import subprocess
+    import sys
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["ruff"]["lint"]
+    assert {"F", "I", "B"} <= set(config["select"]), "the lint rules must include pyflakes, import order and bugbear"
+    result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, f"ruff found problems:\n{result.stdout}{result.stderr}"

@@ -18,7 +18,7 @@ import sys
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -123,7 +123,7 @@ def result_header(benchmark: str, argv: Sequence[str] | None, quick: bool, targe
     return {
         "benchmark": benchmark,
         "command": f"python -m experiments.benchmarks.{benchmark} " + " ".join(shlex.quote(a) for a in args),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "hardware": hardware(),
         "versions": versions(),
         "quick": quick,

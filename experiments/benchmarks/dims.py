@@ -289,7 +289,7 @@ def plot(runs: dict[str, dict[str, Any]], path: Path) -> None:
     rows = (n + cols - 1) // cols
     fig, axes = plt.subplots(rows, cols, figsize=(6 * cols, 4 * rows), squeeze=False)
     styles = {"mde": ("s", "tab:orange"), "dnis": ("D", "tab:green"), "ihas": ("^", "tab:red")}
-    for ax, (key, r) in zip(axes.ravel(), runs.items()):
+    for ax, r in zip(axes.ravel(), runs.values()):
         s = r["summary"]
         uni = [m for m in s if m.startswith("uniform-")]
         ax.errorbar([s[m]["embedding_parameters_mean"] for m in uni], [s[m]["test_auc_mean"] for m in uni],
@@ -355,7 +355,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "![parameters vs AUC](dims.png)",
         "",
     ]
-    for key, r in result["runs"].items():
+    for r in result["runs"].values():
         s, v = r["summary"], r["verdicts"]
         lines += [
             f"## {r['dataset']} / {r['arch']} (`{r['config']}` with {' '.join(r['overrides'])}; {r['fields']} sparse "
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
     import warnings
 
     warnings.filterwarnings("ignore")
-    
+
     keys = [k.strip() for k in args.parts.split(",") if k.strip()]
     if args.quick and args.parts == parser.get_default("parts"):
         keys = list(QUICK["runs"])

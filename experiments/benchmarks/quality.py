@@ -19,7 +19,7 @@ import shlex
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "quality",
         "command": "python -m experiments.benchmarks.quality " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:])),
-        "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "hardware": hardware(),
         "versions": versions(),
         "quick": args.quick,

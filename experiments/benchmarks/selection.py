@@ -46,7 +46,13 @@ from typing import Any
 import numpy as np
 
 from experiments.benchmarks._common import (
-    BETTER, TIE, WORSE, hardware_text, isolated_workdir, result_header, verdict,
+    BETTER,
+    TIE,
+    WORSE,
+    hardware_text,
+    isolated_workdir,
+    result_header,
+    verdict,
 )
 from experiments.benchmarks._selection_cost import cost_lines, run_cost
 from recsys.io import atomic_savefig, atomic_write_text
@@ -344,11 +350,11 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
                plot_path: Path | None) -> dict[str, Any]:
     """Every method's selection curve on ``dataset``, ``seeds`` ranking seeds, one shared fit cache;
     the first seed's curves plotted to ``plot_path`` (None: no plot)."""
+    import matplotlib.pyplot as plt
+
     from recsys.train.recipe import Recipe
     from selection import FitCache
     from selection.compare import compare_methods
-
-    import matplotlib.pyplot as plt
 
     s = CURVE_SETTINGS[dataset]
     overrides = list(s["overrides"]) + [f"--data.cache_dir={workdir / 'cache'}"]
@@ -486,7 +492,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"## Planted truth (synthetic, {syn['rows']:,} rows, {syn['fields']} fields, 10 informative; DCNv2, "
             f"{syn['epochs']} epochs; {syn['seeds']} seeds)",
             "",
-            *([f"The methods measured at this size (`--parts synthetic_large`); the others' cost there is in "
+            *(["The methods measured at this size (`--parts synthetic_large`); the others' cost there is in "
                "known-limitations.", ""] if part == "synthetic_large" else []),
             f"Measured by `{syn.get('command', result['command'])}`{_kept_rows(syn)}. "
             "Targets: precision@10 = 1.0 for LeAP and OutRank's combined relevance, >= 0.9 for every method.",

@@ -503,7 +503,7 @@ def run(cfg: BenchConfig, output_dir: Path, command: str) -> dict[str, Any]:
     env = environment()
     result: dict[str, Any] = {
         "benchmark": "train_throughput",
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "command": command,
         "seeds": {"torch": cfg.seed, "numpy": cfg.seed},
         "config": asdict(cfg),

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import resource
 import subprocess
@@ -47,7 +46,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.benchmarks._common import hardware_text, result_header
+from experiments.benchmarks._common import result_header
 from experiments.benchmarks._wide_report import dims_verdict
 from recsys.io import atomic_write_text
 

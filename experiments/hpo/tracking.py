@@ -250,7 +250,7 @@ class StudyTracker:
         """Log the study summary, GIF schedule, incumbent trace and convergence plot on the
         parent run and mark it finished. Idempotent; every worker may call it (the last call's
         artifacts stand)."""
-        from mlflow.entities import Metric, Param
+        from mlflow.entities import Metric
 
         parent = self._reconcile(study)
         trials = sorted(study.get_trials(deepcopy=False), key=lambda t: t.number)

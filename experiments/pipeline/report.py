@@ -16,7 +16,7 @@ import math
 import re
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -145,7 +145,7 @@ def _header(out: Path) -> tuple[str, str]:
              _num(_dig(stages, s, "peak_rss_mb"), ",.0f"), _dig(stages, s, "run_id") or "",
              _dig(stages, s, "finished_at") or ""] for s in order]
     total = sum(_real(_dig(stages, s, "seconds")) or 0.0 for s in order)
-    now = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    now = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     parts = [
         f"<h1>Pipeline report: {_e(name)}</h1>",
         f'<p class="muted">generated {_e(now)} from {_e(shown_folder(out))}</p>',

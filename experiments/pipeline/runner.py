@@ -200,7 +200,7 @@ class Pipeline:
                 tracker.log_metrics({"stage.peak_rss_mb": peak_mb})
         seconds = round(time.perf_counter() - start, 1)
         state.stages[name] = {"seconds": seconds, "peak_rss_mb": peak_mb, "run_id": tracker.run_id,
-                              "finished_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")}
+                              "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
         state.running = None
         state.save(self.state_path)
         log.info("pipeline %s: stage %s done in %.0f s (peak RSS %s MB)", self.config.name, name, seconds, peak_mb)

@@ -34,8 +34,8 @@ def token_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
         raise ValueError(f"labels must be int64, got {labels.dtype}")
     if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
-    b, l, v = logits.shape
-    return F.cross_entropy(logits.reshape(b * l, v), labels.reshape(b * l), reduction="none").reshape(b, l)
+    b, n, v = logits.shape
+    return F.cross_entropy(logits.reshape(b * n, v), labels.reshape(b * n), reduction="none").reshape(b, n)
 
 
 def _enum(enum: type[Enum], value: Any, argument: str) -> Any:

@@ -51,14 +51,22 @@ from typing import Any
 import numpy as np
 
 from recsys.artifacts import write_artifact
+from recsys.data.chunking import MAX_SHARD_ROWS, shard_rows
 from recsys.data.encoders import EncodedData, EncodeStats, Preprocessor
 from recsys.data.prepare import apply_options
 from recsys.data.prepare_stream import (
-    _add_stats, _check_unchanged, _file_state, _Labels, _pieces, _sources, _summary, prefetch, shard_cache_folder,
+    _add_stats,
+    _check_unchanged,
+    _file_state,
+    _Labels,
+    _pieces,
+    _sources,
+    _summary,
+    prefetch,
+    shard_cache_folder,
 )
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.chunking import MAX_SHARD_ROWS, shard_rows
 from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
@@ -72,7 +80,7 @@ from recsys.data.shards import (
     ShardWriter,
     save_preprocessor,
 )
-from recsys.data.spill import SpillFolder, SpilledChunk, encode_spilled, spill_chunk
+from recsys.data.spill import SpilledChunk, SpillFolder, encode_spilled, spill_chunk
 from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode, _show, _TimeOrder, _where, rows_by_split
 from recsys.data.stream import ChunkEncoder, DenseMoments, StreamingFit
 

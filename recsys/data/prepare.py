@@ -26,7 +26,13 @@ from recsys.data.raw import DataError, RawData
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.splits import (
-    SPLITS, RowSplitter, SplitConfig, SplitMode, SplitName, rows_by_split, split_indices,
+    SPLITS,
+    RowSplitter,
+    SplitConfig,
+    SplitMode,
+    SplitName,
+    rows_by_split,
+    split_indices,
 )
 from recsys.io import atomic_write_json
 

@@ -39,11 +39,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from recsys.data.chunking import shard_rows
 from recsys.data.encoders import EncodeStats
 from recsys.data.prepare import apply_options, split_readers
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.chunking import shard_rows
 from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema, SchemaError

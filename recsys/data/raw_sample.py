@@ -75,7 +75,7 @@ def _spill_dir() -> Path:
 def _keep(raw: RawData) -> _Kept:
     """``raw`` written to an Arrow file of the process's folder (in memory when a column holds
     Python objects, which would not come back as the same objects, or the file cannot be written)."""
-    if any(dtype == object for dtype in raw.frame.dtypes):
+    if any(dtype == object for dtype in raw.frame.dtypes):  # noqa: E721 - numpy dtype equality, not a type check
         return _Kept(raw.schema, raw.report, frame=raw.frame)
     try:
         table = pa.Table.from_pandas(raw.frame, preserve_index=True)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from functools import cached_property
 from enum import Enum, unique
+from functools import cached_property
 from numbers import Integral, Real
 from pathlib import Path
 from typing import Any

@@ -80,7 +80,7 @@ class SplitView:
 
 
 #: a split in memory or streamed from its shards
-SplitData = Union[EncodedData, SplitView]
+SplitData = Union[EncodedData, SplitView]  # noqa: UP007 - a runtime alias (isinstance, jsonargparse)
 
 
 def iter_chunks(data: SplitData) -> Iterator[EncodedData]:

@@ -24,7 +24,6 @@ a time or files split for such data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum, unique
 from typing import Any, Literal

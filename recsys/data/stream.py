@@ -26,8 +26,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data.encoders import (
-    OOV_ID, EncodedData, EncodeStats, Preprocessor, Vocabulary, _as_str, dense_cells, dense_matrix, dense_values,
-    gather_jagged, hash_ids,
+    OOV_ID,
+    EncodedData,
+    EncodeStats,
+    Preprocessor,
+    Vocabulary,
+    _as_str,
+    dense_cells,
+    dense_matrix,
+    dense_values,
+    gather_jagged,
+    hash_ids,
 )
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 

@@ -32,8 +32,8 @@ from typing import List, Mapping  # noqa: UP035
 
 import torch
 from torch import nn
-from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.modules.embedding_configs import PoolingType
+from torchrec.modules.embedding_modules import EmbeddingBagCollection
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor, KeyedTensor
 
 from recsys.models.base import RankingModel, SparseArch

@@ -33,10 +33,10 @@ from torch import nn
 from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 from recsys.artifacts import export_header
-from recsys.data.encoders import Preprocessor
-from recsys.io import atomic_dir, file_sha256, read_marked_json
 from recsys.data.batching import random_batch
+from recsys.data.encoders import Preprocessor
 from recsys.data.schema import Schema
+from recsys.io import atomic_dir, file_sha256, read_marked_json
 from recsys.models.base import EmbeddingKernel, RankingModel, SparseArch
 
 __all__ = [

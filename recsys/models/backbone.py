@@ -27,7 +27,7 @@ __all__ = ["Backbone", "BackboneSpec", "backbone_class", "build_backbone", "reso
 
 #: What ``model.backbone`` resolves to: ``factory(schema, sparse_arch) -> RankingModel``.
 #: (``Optional`` rather than ``| None``: jsonargparse evaluates this alias at run time.)
-Backbone = Callable[[Schema, Optional[SparseArchConfig]], RankingModel]  # noqa: UP007
+Backbone = Callable[[Schema, Optional[SparseArchConfig]], RankingModel]  # noqa: UP007, UP045
 
 #: A backbone as a config holds it: ``{"class_path": ..., "init_args": {...}}``, a class path or
 #: short class name, a ``RankingModel`` subclass, or an already resolved factory.

@@ -8,9 +8,9 @@ the :class:`RankingModel` base that routes everything through the seam.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum, unique
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, List, Literal, cast, get_args
 
 import torch

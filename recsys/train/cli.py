@@ -28,8 +28,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import Callback
 from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO
+from lightning.pytorch.callbacks import Callback
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from recsys.data.raw import DataError
@@ -37,9 +37,9 @@ from recsys.data.schema import SchemaError
 from recsys.io import atomic_path, atomic_write_json
 from recsys.runtime import import_optuna
 from recsys.tracking import MlflowTracking, end_status, process_alive, process_identity
-from recsys.trainer_attrs import model_checkpoint, model_checkpoints, trainer_callbacks
 from recsys.train.datamodule import CTRDataModule
 from recsys.train.module import RankingTask
+from recsys.trainer_attrs import model_checkpoint, model_checkpoints, trainer_callbacks
 
 import_optuna()  # before any CLI parse imports it: else its import errors keep a CLI and its model alive
 

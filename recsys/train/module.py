@@ -9,11 +9,10 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.cli import OptimizerCallable
 from torch import nn
 from torchmetrics.classification import BinaryAUROC
 from torchrec.datasets.utils import Batch
-
-from lightning.pytorch.cli import OptimizerCallable
 
 from recsys.config import as_spec
 from recsys.data.schema import Schema

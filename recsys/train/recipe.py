@@ -35,7 +35,6 @@ if TYPE_CHECKING:
     from lightning.pytorch.callbacks import Callback
 
     from recsys.data.prepare import SplitName
-
     from recsys.train.datamodule import CTRDataModule
     from recsys.train.module import RankingTask
 
@@ -175,9 +174,8 @@ class Recipe:
 
         dm = self.datamodule
         if dm.streaming:
-            from recsys.data.raw_sample import sample_raw_split
-
             from recsys.data.chunking import sample_rows
+            from recsys.data.raw_sample import sample_raw_split
 
             rows = sample_rows(self.schema, RAW_SAMPLE_ROWS) if max_rows is None else int(max_rows)
             log.info("reading a sample of at most %d raw %s rows of %s in chunks", rows, split, dm.dataset_name)

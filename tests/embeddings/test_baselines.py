@@ -6,7 +6,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from embeddings import DimensionAlignmentWarning, DimensionPlan, DimensionPlanError, budget_of, mde_dims, mde_plan, uniform_plan
+from embeddings import (
+    DimensionAlignmentWarning,
+    DimensionPlan,
+    DimensionPlanError,
+    budget_of,
+    mde_dims,
+    mde_plan,
+    uniform_plan,
+)
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
 

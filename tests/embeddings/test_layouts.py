@@ -10,7 +10,15 @@ import pytest
 import yaml
 
 from embeddings.compress import uniform_bytes
-from embeddings.layouts import Layout, choose_layout, importance_layout, layouts_for_budget, read_ranking, row_schemes, train_layouts
+from embeddings.layouts import (
+    Layout,
+    choose_layout,
+    importance_layout,
+    layouts_for_budget,
+    read_ranking,
+    row_schemes,
+    train_layouts,
+)
 from experiments.cli import main as salience
 from recsys.export.quantize import Precision, PrecisionError
 from recsys.train.recipe import Recipe

@@ -24,7 +24,7 @@ from embeddings import (
 )
 from recsys.data.batching import random_batch
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
-from recsys.models import DCNv2, DeepFM, DLRM
+from recsys.models import DLRM, DCNv2, DeepFM
 from recsys.models.backbone import Backbone
 from recsys.models.base import EmbeddingKernel, SparseArchConfig
 

@@ -245,8 +245,8 @@ def test_stages_turned_off_are_skipped(tmp_cwd: Path) -> None:
 
 def test_seeded_passes_the_seed_at_construction_to_every_method_and_search() -> None:
     """Frozen dataclasses (OutRank) get the pipeline's seed too; an explicit option wins."""
-    import selection  # noqa: F401  (registers the methods)
     import embeddings  # noqa: F401  (registers the searches)
+    import selection  # noqa: F401  (registers the methods)
     from embeddings import get_search, search_names
     from experiments.pipeline.stages import _seeded
     from selection import get_method, method_names

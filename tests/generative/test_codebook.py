@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-import recsys.kmeans as kmeans_module
 import generative.codebook.rqvae as rqvae_module
+import recsys.kmeans as kmeans_module
 from generative.codebook import (
     Codebook,
     CodebookBuilder,

@@ -14,7 +14,6 @@ from torch import Tensor, nn
 
 from generative.decoding import ConstrainedBeamSearch, PrefixTrie, check_codes
 
-
 # items 1..5 over level_sizes [2, 3, 2]
 GOLDEN_CODES = np.array([[-1, -1, -1], [0, 0, 0], [0, 0, 1], [0, 2, 0], [1, 1, 1], [1, 2, 0]])
 GOLDEN_SIZES = [2, 3, 2]

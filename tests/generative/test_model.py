@@ -13,7 +13,6 @@ from torch import Tensor, nn
 
 from generative.model import MASKED_LOGIT, PlainTokenEmbedding, SIDRecommender, TorchRecTokenEmbedding
 
-
 SMALL = {"d_model": 32, "heads": 2, "encoder_layers": 1, "decoder_layers": 1, "ff_dim": 64}
 
 

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 
 from generative.weighting import (
-    FrontGreater,
     Frequency,
+    FrontGreater,
     MultiTarget,
     PlainCE,
     TokenWeighting,

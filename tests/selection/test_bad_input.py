@@ -51,8 +51,8 @@ def test_k_larger_than_the_number_of_features(leaky_recipe: Recipe) -> None:
 
 
 def test_single_class_label_is_refused(tmp_path: Path) -> None:
-    from selection.rawfiles import read_raw_file
     from selection.outrank import rank_raw
+    from selection.rawfiles import read_raw_file
 
     pd.DataFrame({"a": ["x", "y"] * 50, "label": [1] * 100}).to_csv(tmp_path / "one.csv", index=False)
     raw = read_raw_file(tmp_path / "one.csv")

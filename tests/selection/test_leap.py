@@ -27,11 +27,20 @@ from recsys.data.batching import make_batch, random_batch
 from recsys.data.encoders import Preprocessor
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.export import ServingModule, check_parity_in_fresh_process, export_model, synthetic_inputs
-from recsys.models.archs import DCNv2, DeepFM, DLRM
+from recsys.models.archs import DLRM, DCNv2, DeepFM
 from recsys.models.base import RankingModel
 from recsys.train.module import RankingTask
 from selection.leap import (
-    LeAP, LeAPEvalGate, LeAPFusion, LeAPRegularizer, LeAPSeam, borda_fusion, fuse, leap_gates, product_fusion, sum_fusion,
+    LeAP,
+    LeAPEvalGate,
+    LeAPFusion,
+    LeAPRegularizer,
+    LeAPSeam,
+    borda_fusion,
+    fuse,
+    leap_gates,
+    product_fusion,
+    sum_fusion,
 )
 from selection.leap_fusion import heldout_fusion
 from tests.selection.test_permutation import make_frame

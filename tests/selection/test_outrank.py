@@ -485,10 +485,10 @@ def test_redundant_features_finds_the_planted_copies_and_not_id_like_noise() -> 
     frame["row_id"] = np.arange(n).astype(str)  # unique per row: determines every column of the sample
     frame["row_id_2"] = (np.arange(n) * 7 % n).astype(str)  # and a relabelling of it
     frame["user_group"] = frame["user_id"].astype(str).str[:-1]  # a function of user_id, not a copy of it
+    from dataclasses import replace
+
     from recsys.data.raw import RawData
     from recsys.data.schema import FeatureKind, FeatureSpec
-
-    from dataclasses import replace
 
     schema = replace(raw.schema, features=(*raw.schema.features, *(FeatureSpec(c, FeatureKind.CATEGORICAL)
                                                                    for c in ("row_id", "row_id_2", "user_group"))))
@@ -502,11 +502,11 @@ def test_redundant_features_finds_the_planted_copies_and_not_id_like_noise() -> 
 def test_redundant_features_skips_only_pairs_that_cannot_be_copies(threshold: float, monkeypatch) -> None:
     """The own-score pre-filter (two columns share at most the smaller one's own score) gives the
     result of scoring every pair, and scores fewer pairs."""
+    from dataclasses import replace
+
     import selection.outrank_scoring as scoring
     from recsys.data.synthetic import SyntheticReader
     from selection.mutual_info import NullModel, outrank_score
-
-    from dataclasses import replace
 
     raw = SyntheticReader(n_rows=20_000, seed=0, cardinality_scale=0.05).read()
     frame = raw.frame.copy()

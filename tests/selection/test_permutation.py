@@ -23,7 +23,7 @@ from sklearn.metrics import roc_auc_score
 from recsys.data.batching import make_batch
 from recsys.data.encoders import EncodedData, Preprocessor, gather_jagged
 from recsys.data.schema import FeatureSpec, Schema
-from recsys.models.archs import DCNv2, DeepFM, DLRM
+from recsys.models.archs import DLRM, DCNv2, DeepFM
 from recsys.models.base import RankingModel
 from selection.permutation import (
     FieldShuffle,

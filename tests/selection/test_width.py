@@ -73,9 +73,10 @@ def test_copies_are_found_beyond_the_candidates_by_their_codes(wide: tuple[RawDa
 
 def test_vector_relevance_does_not_grow_with_width() -> None:
     """A noise vector of width 64 scores like a noise scalar: its direction is fitted on other rows."""
-    from recsys.data.schema import FeatureSpec, Schema
-    from recsys.data.raw import ReadReport
     import pandas as pd
+
+    from recsys.data.raw import ReadReport
+    from recsys.data.schema import FeatureSpec, Schema
 
     rng = np.random.default_rng(0)
     n = 32_768
@@ -99,10 +100,10 @@ def test_grouped_permutation_drops_isolate_the_fields_that_matter(monkeypatch) -
     import torch
     from torch import nn
 
+    import selection.permutation as perm
     from recsys.data.encoders import Preprocessor
     from recsys.data.schema import FeatureSpec, Schema
     from recsys.models.base import RankingModel
-    import selection.permutation as perm
 
     class Linear(RankingModel):
         def __init__(self, schema: Schema) -> None:

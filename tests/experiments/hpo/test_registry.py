@@ -15,7 +15,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution
 from optuna.samplers import BaseSampler
 
 from experiments.hpo import GIFConfig, GIFSampler, SamplerChoice, SequentialGroupingSampler, make_sampler
-from experiments.hpo.gif_config import GIF_PRESETS, Allocation, Grouping, GroupHistory, Warmup
+from experiments.hpo.gif_config import GIF_PRESETS, Allocation, GroupHistory, Grouping, Warmup
 from experiments.hpo.importance import make_evaluator
 from experiments.hpo.problems import analytic
 from experiments.hpo.pruning import OptunaPruning, make_pruner

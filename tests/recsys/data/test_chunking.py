@@ -9,7 +9,14 @@ import numpy as np
 import pandas as pd
 
 from recsys.data.chunking import (
-    CHUNK_BYTES, MAX_CHUNK_ROWS, MIN_ROWS, chunk_rows, encoded_row_bytes, parsed_row_bytes, rows_within, shard_rows,
+    CHUNK_BYTES,
+    MAX_CHUNK_ROWS,
+    MIN_ROWS,
+    chunk_rows,
+    encoded_row_bytes,
+    parsed_row_bytes,
+    rows_within,
+    shard_rows,
 )
 from recsys.data.readers import CriteoReader, TabularReader
 from recsys.data.schema import FeatureSpec, Schema

@@ -15,8 +15,7 @@ from recsys.data.encoders import EncodedData
 from recsys.data.prepare import PreparedData, prepare_data
 from recsys.data.prepare_stream import prefetch, prepare_shards, shard_cache_folder
 from recsys.data.raw import DataError, RawData
-from recsys.data.readers import CriteoReader, TabularReader
-from recsys.data.readers import _stream
+from recsys.data.readers import CriteoReader, TabularReader, _stream
 from recsys.data.shards import ShardError, ShardSet
 from recsys.data.splits import SplitConfig
 from tests.conftest import require_dataset

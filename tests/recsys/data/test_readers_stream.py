@@ -12,8 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys.data.raw import DataError, RawData
-from recsys.data.readers import CriteoReader, TabularReader
-from recsys.data.readers import _stream
+from recsys.data.readers import CriteoReader, TabularReader, _stream
 from recsys.data.readers._stream import LineBlocks, pool
 from recsys.data.schema import SchemaError
 

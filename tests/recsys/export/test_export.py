@@ -9,8 +9,8 @@ exported module runs in a fresh interpreter that imports only torch + fbgemm_gpu
 from __future__ import annotations
 
 import json
-import shutil
 import math
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -39,7 +39,7 @@ from recsys.export import (
     synthetic_inputs,
     to_plain_kernel,
 )
-from recsys.models.archs import DCNv2, DeepFM, DLRM
+from recsys.models.archs import DLRM, DCNv2, DeepFM
 from recsys.models.base import RankingModel, SparseArchConfig
 
 ATOL = 1e-6

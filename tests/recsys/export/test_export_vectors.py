@@ -22,7 +22,7 @@ from recsys.data.batching import random_batch
 from recsys.data.encoders import Preprocessor
 from recsys.data.schema import FeatureSpec, Schema
 from recsys.export import Predictor, export_model
-from recsys.models.archs import DCNv2, DeepFM, DLRM
+from recsys.models.archs import DLRM, DCNv2, DeepFM
 from selection.leap import LeAPSeam
 
 ATOL = 1e-6

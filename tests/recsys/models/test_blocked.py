@@ -18,7 +18,7 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 from recsys.data.encoders import Preprocessor
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.export import ServingModule, check_parity_in_fresh_process, export_model, synthetic_inputs
-from recsys.models.archs import DCNv2, DeepFM, DLRM
+from recsys.models.archs import DLRM, DCNv2, DeepFM
 from recsys.models.base import RankingModel, SparseArch, SparseArchConfig
 from recsys.models.blocked import check_blocks
 

@@ -34,9 +34,9 @@ from recsys.data.batching import BatchDataset
 from recsys.data.encoders import Preprocessor
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.models import (
+    DLRM,
     DCNv2,
     DeepFM,
-    DLRM,
     EmbeddingKernel,
     FusedOptimizer,
     IdentitySeam,
@@ -337,10 +337,10 @@ def test_cross_network_matches_torchrec_crossnet() -> None:
     d, layers = 6, 3
     ours, theirs = CrossNetwork(d, layers), CrossNet(d, layers)
     with torch.no_grad():
-        for l, layer in enumerate(ours.layers):
+        for k, layer in enumerate(ours.layers):
             nn.init.normal_(layer.bias)
-            theirs.kernels[l].copy_(layer.weight)
-            theirs.bias[l].copy_(layer.bias.unsqueeze(1))
+            theirs.kernels[k].copy_(layer.weight)
+            theirs.bias[k].copy_(layer.bias.unsqueeze(1))
     x = torch.randn(5, d)
     torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
 
@@ -351,12 +351,12 @@ def test_cross_network_matches_torchrec_low_rank_crossnet() -> None:
     d, layers, rank = 6, 2, 3
     ours, theirs = CrossNetwork(d, layers, low_rank=rank), LowRankCrossNet(d, layers, low_rank=rank)
     with torch.no_grad():
-        for l, layer in enumerate(ours.layers):
+        for k, layer in enumerate(ours.layers):
             v, u = layer[0], layer[1]
             nn.init.normal_(u.bias)
-            theirs.V_kernels[l].copy_(v.weight)
-            theirs.W_kernels[l].copy_(u.weight)
-            theirs.bias[l].copy_(u.bias)
+            theirs.V_kernels[k].copy_(v.weight)
+            theirs.W_kernels[k].copy_(u.weight)
+            theirs.bias[k].copy_(u.bias)
     x = torch.randn(5, d)
     torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-6)
 

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -335,7 +335,7 @@ def _write_user_csv(folder: Path, bad_line: bool) -> tuple[Path, Path]:
 
     g = np.random.default_rng(0)
     lines = ["user,item,price,clicked"]
-    for i in range(400):
+    for _ in range(400):
         user, item = g.integers(0, 20), g.integers(0, 30)
         lines.append(f"u{user},i{item},{g.random() * 10:.2f},{int((user + item) % 3 == 0)}")
     if bad_line:

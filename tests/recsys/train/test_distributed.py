@@ -92,11 +92,11 @@ def _train(model: Any, batches: list[Any], world: int = 1) -> list[float]:
 
 
 def _worker(rank: int, port: int, sharding: str, mixed: bool, out: str) -> None:
+    import faulthandler
+
     import torch.distributed as dist
 
     from recsys.train.distributed import full_state_dict, shard_model
-
-    import faulthandler
 
     faulthandler.enable()  # a C++ abort in a worker shows where it happened
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), LOCAL_WORLD_SIZE=str(WORLD))
