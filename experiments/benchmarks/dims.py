@@ -334,6 +334,13 @@ def _with_verdict(key: str, v: dict[str, Any]) -> str:
     return f"{key} ({v['ihas_vs_dnis']}: the interval includes zero)" if v.get("ihas_vs_dnis") == "tie" else key
 
 
+def under_budget(run: dict[str, Any]) -> str | None:
+    """How a run's fits were cut short of their validation plateau (its ``--trainer.max_epochs``
+    override), or None when they train to the config's early stopping."""
+    cut = [o.split("=", 1)[1] for o in run.get("overrides", []) if o.startswith("--trainer.max_epochs=")]
+    return f"under budget: {cut[-1]} epochs per fit, not trained to the validation plateau" if cut else None
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Embedding dims: uniform, MDE, DNIS and iHAS at matched budgets",
@@ -357,10 +364,14 @@ def to_markdown(result: dict[str, Any]) -> str:
     ]
     for r in result["runs"].values():
         s, v = r["summary"], r["verdicts"]
+        cut = under_budget(r)
+        mark = f" ({cut})" if cut else ""
         lines += [
             f"## {r['dataset']} / {r['arch']} (`{r['config']}` with {' '.join(r['overrides'])}; {r['fields']} sparse "
             f"fields; seeds {r['seeds']}; {r['seconds']} s)",
             "",
+            *([f"**{cut[0].upper()}{cut[1:]}**: uniform-16 and every other model stop at that budget, so the verdicts "
+               "below compare models that were still improving.", ""] if cut else []),
             f"Uniform-16: {r['reference_parameters']:,} embedding parameters; budget {r['budget']:,}. "
             f"DNIS {r['dnis_options']}; iHAS {r['ihas_options']}.",
             "",
@@ -380,10 +391,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines += [
             "",
             f"- DNIS vs uniform-16: {d['parameter_ratio']:.3f}x the parameters, AUC {d['auc_delta_vs_uniform16_mean']:+.4f}"
-            f"{_se(v, 'dnis_vs_uniform16')}: **{'met' if v['dnis_matches_uniform16_at_half'] else 'NOT met'}**",
+            f"{_se(v, 'dnis_vs_uniform16')}: **{'met' if v['dnis_matches_uniform16_at_half'] else 'NOT met'}**{mark}",
             f"- iHAS vs DNIS: AUC {v['ihas_minus_dnis_auc']:+.4f}{_se(v, 'ihas_vs_dnis')} at "
             f"{v['ihas_over_dnis_parameters']:.3f}x DNIS's parameters: "
-            f"**{v.get('ihas_vs_dnis') or ('matches' if v['ihas_matches_dnis'] else 'below')}**",
+            f"**{v.get('ihas_vs_dnis') or ('matches' if v['ihas_matches_dnis'] else 'below')}**{mark}",
             "",
         ]
     o = result.get("overall")
@@ -399,6 +410,11 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"{', '.join(_with_verdict(k, result['runs'][k]['verdicts']) for k in o['ihas_matches_on']) or 'none'})",
             "",
         ]
+        cut_runs = [k for k, r in result["runs"].items() if under_budget(r)]
+        if cut_runs:
+            lines += [f"Under budget (fits cut short of their validation plateau): {', '.join(cut_runs)}. Converged "
+                      "uniform models would move these verdicts; rerun without the `--trainer.max_epochs` overrides of "
+                      "`RUNS` to judge at the plateau.", ""]
     if result.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(lines)

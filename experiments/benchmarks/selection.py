@@ -460,6 +460,16 @@ def _pm(x: dict[str, Any], digits: int = 4) -> str:
     return f"{x['mean']:.{digits}f}" + (f" +/- {x['std']:.{digits}f}" if x.get("n", 0) > 1 else "")
 
 
+def _budget_note(curve: dict[str, Any]) -> list[str]:
+    """A curve whose fits stop at a fixed epoch count says so: every top-k model and the
+    all-features model are compared under that budget, not at their validation plateaus."""
+    cut = [o.split("=", 1)[1] for o in curve.get("overrides", []) if o.startswith("--trainer.max_epochs=")]
+    if not cut:
+        return []
+    return [f"**Under budget: {cut[-1]} epochs per fit** (many fits per curve), not trained to the validation plateau: "
+            "the AUKCs and k compare models under that budget.", ""]
+
+
 def _kept_rows(part: dict[str, Any]) -> str:
     """", rows of m1, m2 by `command`" for the rows a ``--merge`` run kept from earlier runs."""
     by_command: dict[str, list[str]] = {}
@@ -542,6 +552,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"![{dataset}](selection_{dataset}.png)",
             "",
             *([f"The plot shows the curves of `{c['plot_command']}` (first ranking seed).", ""] if c.get("plot_command") else []),
+            *_budget_note(c),
             f"All {c['full']['n_features']} fields: validation AUC {c['full']['val_auc']:.4f}, test AUC "
             f"{c['full']['test_auc']:.4f}, one fit {c['full']['seconds']} s. Random rankings ({c['random']['seeds']} seeds): "
             f"validation AUKC {c['random']['val_aukc']:.4f}, test AUKC {c['random']['test_aukc']:.4f} +/- "
