@@ -542,6 +542,16 @@ def _fmt(stat: dict[str, float], digits: int = 3) -> str:
     return f"{stat['mean']:.{digits}g} ± {stat['se']:.2g}"
 
 
+def _not_worse(verdicts: list[str]) -> str:
+    """A "not worse than" target without an equivalence margin: met only where the interval
+    shows GIF better; ties are not shown worse, which is not the same as shown not worse."""
+    if any(v == "worse" for v in verdicts):
+        return "**NOT met**"
+    if all(v == "better" for v in verdicts):
+        return "**met**"
+    return "**tie** (not shown worse; without an equivalence margin a tie does not show it is not worse)"
+
+
 def _met(flag: bool) -> str:
     return "**met**" if flag else "**NOT met**"
 
@@ -605,7 +615,7 @@ def to_markdown(result: dict[str, Any], png: str = "hpo.png") -> str:
             cells = ", ".join(f"{k} {p['gif_minus_tpe']:+.3g} (s.e. {p['se']:.2g}, {p['verdict']})"
                               for k, p in v["per_task"].items())
             lines.append(f"- GIF not worse than TPE beyond 1.96 s.e. at d = 5 (GIF - TPE mean final regret): {cells} -> "
-                         f"{_met(v['met'])}")
+                         f"{_not_worse([p['verdict'] for p in v['per_task'].values()])}")
         if "ablations_worse_than_gif" in c:
             v = c["ablations_worse_than_gif"]
             cells = ", ".join(f"{k}: {p['verdict']} (worse beyond 1.96 s.e. (the 95% interval) on {p['worse_on']}/{p['tasks']} tasks, "
@@ -649,7 +659,7 @@ def to_markdown(result: dict[str, Any], png: str = "hpo.png") -> str:
         if "gif_competitive_with_tpe" in b["checks"]:
             v = b["checks"]["gif_competitive_with_tpe"]
             lines += ["", f"- GIF not worse than TPE beyond 1.96 s.e. (mean score difference "
-                          f"{v['gif_minus_tpe_mean_score']:+.2f}, s.e. {v['se']:.2f}: {v['verdict']}) -> {_met(v['met'])}"]
+                          f"{v['gif_minus_tpe_mean_score']:+.2f}, s.e. {v['se']:.2f}: {v['verdict']}) -> {_not_worse([v['verdict']])}"]
         lines.append("")
     f = result.get("frappe")
     if f:
