@@ -473,8 +473,11 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
     first, last = step(small, "train").get("samples_per_s"), step(large, "train").get("samples_per_s")
     if first and last and large is not small:
         ratio = float(last) / float(first)
+        bound = 1 - TARGETS["train_samples_per_s_within"]
+        # one timed run per size: no interval, so a pass is only "inconclusive" (the 95% rule of recsys.stats)
         out["train_samples_per_s"] = {"small": first, "large": last, "ratio": round(ratio, 3),
-                                      "verdict": "met" if ratio >= 1 - TARGETS["train_samples_per_s_within"] else "NOT met"}
+                                      "verdict": (f"inconclusive (one run each, no interval; x{ratio:.3f} >= {bound:.2f})"
+                                                  if ratio >= bound else "NOT met")}
     return out
 
 
