@@ -31,11 +31,11 @@ from embeddings.plan import (
     ALIGNMENT,
     DimensionPlan,
     DimensionPlanError,
-    _checked_dim,
-    _sizes,
-    _table_size,
     align_dim,
     check_budget,
+    checked_dim,
+    table_size,
+    table_sizes,
 )
 from recsys.data.schema import Schema
 
@@ -47,12 +47,12 @@ def uniform_plan(schema: Schema, dim: int) -> DimensionPlan:
     warning when it is not one)."""
     if not schema.sparse:
         raise DimensionPlanError("the schema has no sparse feature to give a dim to")
-    dim = _checked_dim(dim, "uniform plan (every feature)")
+    dim = checked_dim(dim, "uniform plan (every feature)")
     return DimensionPlan(
         dims={f.name: dim for f in schema.sparse},
         method="uniform",
         dataset=schema.name,
-        num_embeddings=_sizes(schema),
+        num_embeddings=table_sizes(schema),
         config={"dim": int(dim)},
     )
 
@@ -114,7 +114,7 @@ def mde_plan(schema: Schema, budget: int, alpha: float = 0.3, max_dim: int = 64)
     if int(max_dim) < ALIGNMENT or align_dim(int(max_dim)) != int(max_dim):
         raise DimensionPlanError(f"max_dim must be a positive multiple of {ALIGNMENT}, got {max_dim}")
     budget = check_budget(schema, budget)
-    sizes = {f.name: _table_size(schema, f.name) for f in schema.sparse}
+    sizes = {f.name: table_size(schema, f.name) for f in schema.sparse}
 
     def cost(lam: float) -> int:
         dims = mde_dims(sizes, lam, alpha, max_dim)

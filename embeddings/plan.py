@@ -81,7 +81,7 @@ def align_dim(dim: int, multiple: int = ALIGNMENT) -> int:
     return int(math.ceil(int(dim) / multiple) * multiple)
 
 
-def _checked_dim(value: Any, where: str) -> int:
+def checked_dim(value: Any, where: str) -> int:
     """An aligned dim from user input: refuses non-integers and dims < 1, rounds up with a
     warning naming ``where``."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
@@ -151,7 +151,7 @@ class FrequencyBlock:
 def min_budget(schema: Schema, features: Sequence[str] | None = None) -> int:
     """The smallest embedding-parameter budget: one aligned dim (4) for every table."""
     names = list(features) if features is not None else schema.sparse_names
-    return sum(ALIGNMENT * _table_size(schema, n) for n in names)
+    return sum(ALIGNMENT * table_size(schema, n) for n in names)
 
 
 def check_budget(schema: Schema, budget: int, features: Sequence[str] | None = None) -> int:
@@ -164,7 +164,7 @@ def check_budget(schema: Schema, budget: int, features: Sequence[str] | None = N
         raise DimensionPlanError("the schema has no sparse feature: there is nothing to give a budget to")
     need = min_budget(schema, names)
     if budget < need:
-        parts = ", ".join(f"{n}: {ALIGNMENT} x {_table_size(schema, n)}" for n in names[:12])
+        parts = ", ".join(f"{n}: {ALIGNMENT} x {table_size(schema, n)}" for n in names[:12])
         more = f", ... ({len(names) - 12} more)" if len(names) > 12 else ""
         raise DimensionPlanError(
             f"budget={int(budget)} embedding parameters is smaller than one dim of {ALIGNMENT} per feature, "
@@ -173,7 +173,7 @@ def check_budget(schema: Schema, budget: int, features: Sequence[str] | None = N
     return int(budget)
 
 
-def _table_size(schema: Schema, name: str) -> int:
+def table_size(schema: Schema, name: str) -> int:
     spec = schema[name]
     if not spec.is_sparse:
         raise DimensionPlanError(f"feature {name!r} is dense: it has no embedding table")
@@ -220,13 +220,13 @@ class DimensionPlan:
     extras: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        dims = {str(n): _checked_dim(d, f"feature {n!r}") for n, d in dict(self.dims).items()}
+        dims = {str(n): checked_dim(d, f"feature {n!r}") for n, d in dict(self.dims).items()}
         blocks = {str(n): self._checked_blocks(str(n), b) for n, b in dict(self.blocks).items()}
         clusters: dict[int, dict[str, int]] = {}
         for cid, cdims in dict(self.clusters).items():
             if not isinstance(cdims, Mapping) or not cdims:
                 raise DimensionPlanError(f"cluster {cid}: it names no feature (an empty cluster has no model)")
-            clusters[int(cid)] = {str(n): _checked_dim(d, f"cluster {cid}, feature {n!r}") for n, d in cdims.items()}
+            clusters[int(cid)] = {str(n): checked_dim(d, f"cluster {cid}, feature {n!r}") for n, d in cdims.items()}
         if blocks and clusters:
             raise DimensionPlanError("a plan has frequency blocks or clusters, not both")
         if clusters:
@@ -285,7 +285,7 @@ class DimensionPlan:
                 raise DimensionPlanError(f"{where}: only the last block may have stop=None (to the end of the table)")
             if b.stop is not None and int(b.stop) <= int(b.start):
                 raise DimensionPlanError(f"{where}: stop must be greater than start")
-            out.append(FrequencyBlock(int(b.start), None if b.stop is None else int(b.stop), _checked_dim(b.dim, where)))
+            out.append(FrequencyBlock(int(b.start), None if b.stop is None else int(b.stop), checked_dim(b.dim, where)))
             expected = int(b.stop) if b.stop is not None else -1
         return tuple(out)
 
@@ -297,7 +297,7 @@ class DimensionPlan:
             dims={f.name: f.embedding_dim for f in schema.sparse},
             method=method,
             dataset=kwargs.pop("dataset", schema.name),
-            num_embeddings=_sizes(schema),
+            num_embeddings=table_sizes(schema),
             **kwargs,
         )
 
@@ -334,7 +334,7 @@ class DimensionPlan:
         if dense:
             raise DimensionPlanError(f"the plan gives embedding dims to dense features {dense}: they have no table")
         for name, blocks in self.blocks.items():
-            n = _table_size(schema, name)
+            n = table_size(schema, name)
             stop = blocks[-1].stop
             if stop is not None and stop != n:
                 raise DimensionPlanError(
@@ -394,7 +394,7 @@ class DimensionPlan:
         total = sum(self.parameters_per_feature(schema).values())
         if schema is not None:
             copies = max(len(self.clusters), 1)
-            total += sum(copies * _table_size(schema, f.name) * f.embedding_dim for f in schema.sparse if f.name not in self.dims)
+            total += sum(copies * table_size(schema, f.name) * f.embedding_dim for f in schema.sparse if f.name not in self.dims)
         return total
 
     def cluster_parameters(self, schema: Schema | None = None) -> dict[int, int]:
@@ -405,7 +405,7 @@ class DimensionPlan:
     def _sizes(self, schema: Schema | None) -> dict[str, int]:
         if schema is not None:
             self.check(schema)
-            return {n: _table_size(schema, n) for n in self.dims}
+            return {n: table_size(schema, n) for n in self.dims}
         missing = [n for n in self.dims if n not in self.num_embeddings]
         if missing:
             raise DimensionPlanError(
@@ -586,5 +586,5 @@ class DimensionPlan:
         return cls.from_dict(data, source=str(Path(path)))
 
 
-def _sizes(schema: Schema) -> dict[str, int]:
+def table_sizes(schema: Schema) -> dict[str, int]:
     return {f.name: int(f.num_embeddings) for f in schema.sparse if f.num_embeddings is not None}

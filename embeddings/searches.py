@@ -21,7 +21,7 @@ from typing import ClassVar
 
 from embeddings.base import DimensionSearch
 from embeddings.baselines import budget_of, mde_plan, uniform_plan
-from embeddings.plan import ALIGNMENT, DimensionPlan, _table_size, check_budget
+from embeddings.plan import ALIGNMENT, DimensionPlan, check_budget, table_size
 from recsys.data.schema import Schema
 from recsys.train.recipe import Recipe
 
@@ -43,7 +43,7 @@ def largest_uniform_dim(schema: Schema, budget: int) -> int:
     """The largest multiple of 4 whose uniform model has at most ``budget`` embedding
     parameters (a budget below 4 per row is refused with the minimum)."""
     budget = check_budget(schema, budget)
-    rows = sum(_table_size(schema, f.name) for f in schema.sparse)
+    rows = sum(table_size(schema, f.name) for f in schema.sparse)
     return ALIGNMENT * (budget // (ALIGNMENT * rows))
 
 

@@ -47,7 +47,7 @@ from numpy.typing import ArrayLike
 from torch import Tensor
 
 from recsys.data.raw import DataError, resolve_data_path
-from recsys.data.readers._lines import read_bytes
+from recsys.data.readers.lines import read_bytes
 
 __all__ = [
     "AMAZON_DATASETS", "DATASETS", "LeaveOneOut", "SequenceData", "leave_one_out", "load_sequences",

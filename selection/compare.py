@@ -20,11 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from recsys.artifacts import plain
 from recsys.io import atomic_savefig, atomic_write_text
 from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod
 from selection.curve import FitCache, SelectionCurve, selection_curve
-from selection.report import ImportanceReport, _plain
+from selection.report import ImportanceReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -124,7 +125,7 @@ class MethodComparison:
         for name in self.curves:
             self.reports[name].save(folder / name / "report.json")
             self.curves[name].save(folder / name / "curve.json")
-        atomic_write_text(folder / "comparison.json", json.dumps(_plain(self.to_dict()), indent=2, allow_nan=False))
+        atomic_write_text(folder / "comparison.json", json.dumps(plain(self.to_dict()), indent=2, allow_nan=False))
         atomic_write_text(folder / "comparison.md", self.to_markdown() + "\n")
         fig = self.plot()
         atomic_savefig(fig, folder / "comparison.png", dpi=120)
@@ -160,7 +161,7 @@ def compare_methods(
     if tracker is not None:
         for r in out.rows():
             tracker.log_metrics({f"{r['method']}.val_aukc": r["val_aukc"], f"{r['method']}.test_aukc": r["test_aukc"]})
-        tracker.log_dict(_plain(out.to_dict()), "selection/comparison.json")
+        tracker.log_dict(plain(out.to_dict()), "selection/comparison.json")
         import matplotlib.pyplot as plt
 
         fig = out.plot()

@@ -35,10 +35,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from recsys.artifacts import plain
 from recsys.io import atomic_write_text
 from recsys.train.recipe import Recipe
 from selection.base import RandomRanking, feature_widths, trained_schema
-from selection.report import ImportanceReport, _plain
+from selection.report import ImportanceReport
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -342,7 +343,7 @@ class SelectionCurve:
 
     def save(self, path: str | Path) -> Path:
         path = Path(path)
-        atomic_write_text(path, json.dumps(_plain(self.to_dict()), indent=2, allow_nan=False))
+        atomic_write_text(path, json.dumps(plain(self.to_dict()), indent=2, allow_nan=False))
         return path
 
     @classmethod

@@ -289,7 +289,7 @@ def _select_rows(n: int, method: OutRankConfig) -> np.ndarray:
     return rows
 
 
-def _batches(n: int, size: int) -> list[tuple[int, int]]:
+def batch_ranges(n: int, size: int) -> list[tuple[int, int]]:
     """Row ranges of the mini-batches; a trailing partial batch of <= 1024 rows is dropped
     (the package's rule) unless it is the only batch (the package would score nothing)."""
     out = [(s, min(s + size, n)) for s in range(0, n, size)]
@@ -326,7 +326,7 @@ def _control_columns(rng: np.random.Generator, label: np.ndarray, start: int,
     }
 
 
-def _pair_batch_ids(n_batches: int, cap: int | None) -> set[int]:
+def pair_batch_ids(n_batches: int, cap: int | None) -> set[int]:
     if cap is None or n_batches <= cap:
         return set(range(n_batches))
     return {int(round(x)) for x in np.linspace(0, n_batches - 1, cap)}
@@ -541,7 +541,7 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
     specs = raw.schema.features
     cols = [encode_feature(raw.frame, s, method.dense_bins, rows) for s in specs]
     n = len(rows)
-    batches = _batches(n, method.batch_rows(raw.schema))
+    batches = batch_ranges(n, method.batch_rows(raw.schema))
 
     constant = {c.name for c in cols if len(np.unique(c.codes)) <= 1}
     all_missing = {c.name for c in cols if c.missing.all()}
@@ -550,7 +550,7 @@ def score_raw(raw: RawData, method: OutRankConfig | None = None, *, pairs: bool 
         if c.name not in constant and np.bincount(c.codes).max() >= NEAR_CONSTANT_SHARE * n:
             near_constant.add(c.name)
     pair_names = [c.name for c in cols if c.name not in constant]
-    pair_ids = _pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
+    pair_ids = pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
     acc = BatchScores(method, [s.name for s in specs], pair_names, pair_ids)
     show = method.progress and len(batches) > 4
     for start, stop in _progress(batches, show, "outrank batches"):

@@ -62,8 +62,8 @@ from selection.outrank_scoring import (
     OutRankConfig,
     OutRankScores,
     Ranking,
-    _batches,
-    _pair_batch_ids,
+    batch_ranges,
+    pair_batch_ids,
 )
 from selection.sketch import MisraGries
 
@@ -427,8 +427,8 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
         raise ValueError(error)
     specs = list(schema.features)
     names = [s.name for s in specs]
-    batches = _batches(plan.n, method.batch_rows(schema))
-    pair_ids = _pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
+    batches = batch_ranges(plan.n, method.batch_rows(schema))
+    pair_ids = pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
     acc = BatchScores(method, names, [f for f in names if f not in plan.pair_excluded], pair_ids)
     missing = dict.fromkeys(names, 0)
     top = dict.fromkeys(names, 0)

@@ -246,7 +246,7 @@ class QualityReport:
         return path
 
 
-def _value_counts(values: pd.Series, spec: FeatureSpec, sort: bool = True) -> tuple[np.ndarray, pd.Series]:
+def count_values(values: pd.Series, spec: FeatureSpec, sort: bool = True) -> tuple[np.ndarray, pd.Series]:
     """``(missing mask, counts of the non-missing values)``; for multi-hot the counts are rows
     holding each token (a token repeated in one bag counts once) and an empty bag is missing.
     ``sort=False``: the values in order of first appearance."""
@@ -314,7 +314,7 @@ def quality_row(spec: FeatureSpec, n: int, n_missing: int, counts: pd.Series | N
 
 
 def _feature_quality(values: pd.Series, spec: FeatureSpec) -> FeatureQuality:
-    missing, counts = _value_counts(values, spec)
+    missing, counts = count_values(values, spec)
     return quality_row(spec, len(values), int(missing.sum()), counts)
 
 

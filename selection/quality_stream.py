@@ -30,7 +30,7 @@ from selection.column_codes import feature_cells
 from selection.outrank import OutRank
 from selection.outrank_scoring import OutRankConfig, Ranking
 from selection.outrank_stream import DEFAULT_EDGE_SAMPLE, ChunkSource, score_stream, survey_chunks
-from selection.quality import FeatureQuality, QualityReport, _value_counts, quality_row, with_scores
+from selection.quality import FeatureQuality, QualityReport, count_values, quality_row, with_scores
 from selection.sketch import HyperLogLog, MisraGries
 
 __all__ = ["EXACT_COUNT_ENTRIES", "TOP_K", "FeatureProfile", "data_quality_stream"]
@@ -74,7 +74,7 @@ class FeatureProfile:
 
     def add(self, values: pd.Series) -> None:
         """Count one chunk's cells."""
-        missing, counts = _value_counts(values, self.spec, sort=False)
+        missing, counts = count_values(values, self.spec, sort=False)
         self.rows += len(values)
         self.missing += int(missing.sum())
         if self.hll is not None and self.top is not None:

@@ -81,7 +81,7 @@ def _text_frames(
     ``str`` columns indexed by line number (the header is line 1); a bad row names its line
     (or, with ``skip_bad_rows``, is dropped and counted in ``report``); an empty file, or one
     without a good row, is a :class:`DataError` after the last block."""
-    from recsys.data.readers._stream import parse_block, text_frames
+    from recsys.data.readers.blocks import parse_block, text_frames
 
     names: list[str] | None = None
 

@@ -377,6 +377,3 @@ class ImportanceReport:
         extras = {**self.extras, key: {f.feature: features[f.feature] for f in moved}}
         return replace(self, features=rows, extras=extras)
 
-
-#: the shared converter, under the name :mod:`selection.curve` imports
-_plain = plain

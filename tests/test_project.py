@@ -343,3 +343,27 @@ def test_ruff_clean() -> None:
     result = subprocess.run([sys.executable, "-m", "ruff", "check", "--no-cache", str(ROOT)], cwd=ROOT,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, f"ruff found problems:\n{result.stdout}{result.stderr}"
+
+
+def test_no_private_name_crosses_a_module() -> None:
+    """A name one module takes from another is public in the module that owns it; a private
+    (underscore) module is imported only from inside its own package (the benchmark helpers
+    ``experiments/benchmarks/_*.py``, which the registry of benchmarks does not list, and the
+    export's loader template)."""
+    import ast
+
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+            here = ".".join(path.relative_to(ROOT).with_suffix("").parts[:-1])
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] in PACKAGES):
+                    continue
+                private_names = [a.name for a in node.names if a.name.startswith("_") and not a.name.startswith("__")]
+                parts = node.module.split(".")
+                private_module = next((i for i, p in enumerate(parts) if p.startswith("_") and not p.startswith("__")), None)
+                outside = private_module is not None and ".".join(parts[:private_module]) != here
+                if private_names or outside:
+                    found.append(f"{path.relative_to(ROOT)}: from {node.module} import {[a.name for a in node.names]}")
+    assert not found, "\n".join(found)

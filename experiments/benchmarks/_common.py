@@ -105,10 +105,10 @@ def hardware() -> dict[str, Any]:
     """CPU model, core count and the visible GPU's name (None without one)."""
     import torch
 
-    from experiments.benchmarks.train_throughput import _cpu_model
+    from experiments.benchmarks.train_throughput import cpu_model_name
 
     gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "gpu": gpu}
+    return {"cpu": cpu_model_name(), "cores": os.cpu_count(), "gpu": gpu}
 
 
 def hardware_text(record: Mapping[str, Any]) -> str:

@@ -117,7 +117,7 @@ class SuiteConfig:
 # ---------------------------------------------------------------------------------------------
 
 
-class _Clock:
+class Clock:
     """Times device work: CUDA events on a GPU (after the queued work), the wall clock on CPU."""
 
     def __init__(self, device: torch.device) -> None:
@@ -168,12 +168,12 @@ def _summary(values: Sequence[float]) -> dict[str, float]:
     return {"median": statistics.median(ordered), "min": ordered[0], "max": ordered[-1], "p90": p90, "n": len(ordered)}
 
 
-def _free(device: torch.device) -> None:
+def free_cuda_cache(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.empty_cache()
 
 
-def _seconds_since_process_start() -> float | None:
+def seconds_since_process_start() -> float | None:
     """Age of this process from ``/proc`` (Linux), else None: the start-up cost of a run."""
     try:
         fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
@@ -242,7 +242,7 @@ def _batch_bytes(batch: Batch) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def bench_copy(device: torch.device, cfg: SuiteConfig, clock: _Clock) -> dict[str, Any]:
+def bench_copy(device: torch.device, cfg: SuiteConfig, clock: Clock) -> dict[str, Any]:
     """(a) Device-to-device copy bandwidth, read + write bytes counted."""
     n = cfg.copy_mib * 2**20 // 4
     src = torch.ones(n, dtype=torch.float32, device=device)
@@ -274,7 +274,7 @@ def _lookup_rates(
     ebc: torch.nn.Module,
     kjts: list[KeyedJaggedTensor],
     cfg: SuiteConfig,
-    clock: _Clock,
+    clock: Clock,
     useful_bytes: int,
     copy_gbps: float,
     dense_grad_bytes: int | None,
@@ -329,7 +329,7 @@ def _lookup_rates(
     return out
 
 
-def bench_lookup(device: torch.device, cfg: SuiteConfig, clock: _Clock, copy_gbps: float) -> dict[str, Any]:
+def bench_lookup(device: torch.device, cfg: SuiteConfig, clock: Clock, copy_gbps: float) -> dict[str, Any]:
     """(b) Plain EBC (and FBGEMM fused when usable) embedding lookups: lookups/s and GB/s."""
     from recsys.models.base import table_configs
 
@@ -377,7 +377,7 @@ def bench_lookup(device: torch.device, cfg: SuiteConfig, clock: _Clock, copy_gbp
         width,
     )
     del plain
-    _free(device)
+    free_cuda_cache(device)
     reason = fbgemm_skip_reason() if device.type == "cuda" else None
     if reason is not None:
         result["fused"] = {"skipped": reason}
@@ -400,11 +400,11 @@ def bench_lookup(device: torch.device, cfg: SuiteConfig, clock: _Clock, copy_gbp
         )
         del fused
     del kjts
-    _free(device)
+    free_cuda_cache(device)
     return result
 
 
-def _h2d(device: torch.device, host: Batch, cfg: SuiteConfig, clock: _Clock, step_ms: float) -> dict[str, Any]:
+def _h2d(device: torch.device, host: Batch, cfg: SuiteConfig, clock: Clock, step_ms: float) -> dict[str, Any]:
     """Host-to-device time of one batch: pinned + non_blocking, and pageable."""
     pinned = host.pin_memory()
     nbytes = _batch_bytes(host)
@@ -425,7 +425,7 @@ def _h2d(device: torch.device, host: Batch, cfg: SuiteConfig, clock: _Clock, ste
 
 
 def bench_training(
-    device: torch.device, cfg: SuiteConfig, clock: _Clock, schema: Schema, cards: Sequence[int]
+    device: torch.device, cfg: SuiteConfig, clock: Clock, schema: Schema, cards: Sequence[int]
 ) -> tuple[torch.nn.Module, dict[str, Any], dict[str, Any]]:
     """(c) DCNv2 samples/s per batch size, and the H2D transfer of one batch of each size."""
     from recsys.models import DCNv2  # not recsys.train: the GPU image need not have Lightning
@@ -491,7 +491,7 @@ def bench_training(
         if device.type == "cuda":
             h2d["by_batch_size"][str(batch_size)] = _h2d(device, host[0], cfg, clock, step_ms)
         del pool
-        _free(device)
+        free_cuda_cache(device)
     return model, training, h2d
 
 
@@ -518,7 +518,7 @@ def _place_scripted(
 def bench_inference(
     device: torch.device,
     cfg: SuiteConfig,
-    clock: _Clock,
+    clock: Clock,
     model: torch.nn.Module,
     pre: Preprocessor,
     cards: Sequence[int],
@@ -543,7 +543,7 @@ def bench_inference(
     out["placement"] = placement
     out["device"] = str(run_device)
     eager_clock = clock
-    clock = clock if run_device == device else _Clock(run_device)
+    clock = clock if run_device == device else Clock(run_device)
     model.eval()
     deadline = time.perf_counter() + cfg.section_budget_s
     by_size: dict[str, Any] = {}

@@ -70,15 +70,15 @@ from experiments.benchmarks._common import result_header
 from experiments.benchmarks._gpu_report import to_markdown
 from experiments.benchmarks._gpu_sections import (
     NAME,
+    Clock,
     SuiteConfig,
-    _Clock,
-    _free,
-    _seconds_since_process_start,
     bench_copy,
     bench_inference,
     bench_lookup,
     bench_training,
     criteo_schema,
+    free_cuda_cache,
+    seconds_since_process_start,
 )
 from experiments.benchmarks.train_throughput import cardinalities
 from recsys.devices import DeviceError, describe_device, resolve_device
@@ -109,10 +109,10 @@ def run(
 ) -> dict[str, Any]:
     """Run the four sections on ``device``; write ``gpu_suite.{json,md}`` into ``output_dir``."""
     t_start = time.perf_counter()
-    startup = _seconds_since_process_start()
+    startup = seconds_since_process_start()
     if startup is not None:
         print(f"[{NAME}] start-up (interpreter, imports): {startup:.1f} s; device {device}", flush=True)
-    clock = _Clock(device)
+    clock = Clock(device)
     elapsed: dict[str, float] = {}
     sections: dict[str, Any] = {}
     result: dict[str, Any] = {**header, "config": asdict(cfg), "size_note": size_note}
@@ -123,7 +123,7 @@ def run(
             result["hardware"] = {**result.get("hardware", {}), "gpu": result["device"]["name"]}
     with _section("copy bandwidth", elapsed):
         sections["copy_bandwidth"] = bench_copy(device, cfg, clock)
-        _free(device)
+        free_cuda_cache(device)
     copy_gbps = sections["copy_bandwidth"]["gb_per_s"]["median"]
     with _section("embedding lookup", elapsed):
         sections["embedding_lookup"] = bench_lookup(device, cfg, clock, copy_gbps)
@@ -134,12 +134,12 @@ def run(
     with _section("exported inference", elapsed):
         sections["inference"] = bench_inference(device, cfg, clock, model, pre, cards)
     del model
-    _free(device)
+    free_cuda_cache(device)
     result["sections"] = sections
     result["elapsed_s"] = elapsed
     result["startup_seconds"] = None if startup is None else round(startup, 1)
     result["wall_seconds"] = time.perf_counter() - t_start
-    end = _seconds_since_process_start()
+    end = seconds_since_process_start()
     result["process_seconds"] = None if end is None else round(end, 1)  # start-up included
     output_dir.mkdir(parents=True, exist_ok=True)
     atomic_write_text(output_dir / f"{NAME}.json", json.dumps(result, indent=2) + "\n")

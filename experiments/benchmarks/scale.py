@@ -308,11 +308,11 @@ def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, 
     import pyarrow.csv as pacsv
 
     from recsys.data.readers import CriteoReader
-    from recsys.data.readers.criteo import _COLUMNS, CRITEO_DENSE
+    from recsys.data.readers.criteo import COLUMNS, CRITEO_DENSE
 
     engine = args.engine
-    types = {c: pa.string() for c in _COLUMNS} | {c: pa.int64() for c in CRITEO_DENSE}
-    read = pacsv.ReadOptions(column_names=_COLUMNS, block_size=1 << 26)
+    types = {c: pa.string() for c in COLUMNS} | {c: pa.int64() for c in CRITEO_DENSE}
+    read = pacsv.ReadOptions(column_names=COLUMNS, block_size=1 << 26)
     parse = pacsv.ParseOptions(delimiter="\t", quote_char=False, escape_char=False, ignore_empty_lines=True)
     convert = pacsv.ConvertOptions(column_types=types, strings_can_be_null=False, null_values=[""])
     n = 0
@@ -328,14 +328,14 @@ def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, 
     elif engine == "polars":
         import polars as pl
 
-        frame = pl.scan_csv(path, separator="\t", has_header=False, new_columns=list(_COLUMNS), quote_char=None,
-                            schema_overrides={c: pl.String for c in _COLUMNS if c not in CRITEO_DENSE})
+        frame = pl.scan_csv(path, separator="\t", has_header=False, new_columns=list(COLUMNS), quote_char=None,
+                            schema_overrides={c: pl.String for c in COLUMNS if c not in CRITEO_DENSE})
         n = int(frame.select(pl.len()).collect(engine="streaming").item()) if args.count_only else sum(
             len(b) for b in frame.collect_batches(chunk_size=262_144))
     elif engine == "duckdb":
         import duckdb
 
-        names = ", ".join(f"'{c}': '{'BIGINT' if c in CRITEO_DENSE else 'VARCHAR'}'" for c in _COLUMNS)
+        names = ", ".join(f"'{c}': '{'BIGINT' if c in CRITEO_DENSE else 'VARCHAR'}'" for c in COLUMNS)
         con = duckdb.connect()
         con.execute(f"SET threads TO {os.cpu_count() or 1}")
         query = con.execute(f"SELECT * FROM read_csv('{path}', delim='\\t', header=false, quote='', columns={{{names}}})")

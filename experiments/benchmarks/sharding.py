@@ -413,8 +413,8 @@ def run_arm(arm: str, cfg: ShardingBenchConfig, work: Path) -> list[dict[str, An
 # ---------------------------------------------------------------------------------------------
 
 
-def _summary(values: list[float]) -> dict[str, float]:
-    from experiments.benchmarks.train_throughput import _summary as summary
+def median_quartiles(values: list[float]) -> dict[str, float]:
+    from experiments.benchmarks.train_throughput import median_quartiles as summary
 
     return summary(values)
 
@@ -430,7 +430,7 @@ def summarise(per_rank: dict[str, list[dict[str, Any]]], cfg: ShardingBenchConfi
             "threads_per_process": [int(k.split("_")[0]) for k in rank0["samples_per_s"]],
             "plan": rank0["plan"],
             "samples_per_s": rank0["samples_per_s"],
-            "summary": {k: _summary(v) for k, v in rank0["samples_per_s"].items()},
+            "summary": {k: median_quartiles(v) for k, v in rank0["samples_per_s"].items()},
             "ms_per_step_median": {k: 1000.0 * cfg.batch_size / statistics.median(v) for k, v in rank0["samples_per_s"].items()},
             "setup_seconds": max(r["setup_seconds"] for r in ranks),
             "wall_seconds": rank0["arm_wall_seconds"],

@@ -244,7 +244,7 @@ def _build_trainers(cfg: BenchConfig, cards: list[int], batches: list[Batch]) ->
     return {"full": full, "sparse_only": sparse_only}
 
 
-def _summary(values: list[float]) -> dict[str, float]:
+def median_quartiles(values: list[float]) -> dict[str, float]:
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else (values[0],) * 3
     return {
         "median": statistics.median(values),
@@ -273,11 +273,11 @@ def _interleaved(trainers: dict[str, _Trainer], cfg: BenchConfig, what: str) -> 
     best = max(rates["fused"]) / max(rates["plain"])
     return {
         "samples_per_s": {name: rates[name] for name in order},
-        "summary": {name: _summary(rates[name]) for name in order},
+        "summary": {name: median_quartiles(rates[name]) for name in order},
         # samples per CPU-second of this process (all threads): less sensitive to being
         # descheduled by other load, but counts OpenMP spin-waiting
         "samples_per_cpu_s": {name: cpu_rates[name] for name in order},
-        "cpu_summary": {name: _summary(cpu_rates[name]) for name in order},
+        "cpu_summary": {name: median_quartiles(cpu_rates[name]) for name in order},
         "ratio_fused_over_plain_cpu": statistics.median(cpu_rates["fused"]) / statistics.median(cpu_rates["plain"]),
         "ms_per_step_median": {name: 1000.0 * cfg.batch_size / statistics.median(rates[name]) for name in order},
         "ratio_fused_over_plain": {
@@ -350,7 +350,7 @@ def bench_pipeline(path: str, nrows: int | None, cfg: BenchConfig) -> dict[str, 
     for stage in stages:
         secs = [r[stage] for r in runs]
         out["seconds"][stage] = secs
-        out["rows_per_s"][stage] = _summary([rows / s for s in secs])
+        out["rows_per_s"][stage] = median_quartiles([rows / s for s in secs])
     return out
 
 
@@ -359,7 +359,7 @@ def bench_pipeline(path: str, nrows: int | None, cfg: BenchConfig) -> dict[str, 
 # ---------------------------------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
+def cpu_model_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -380,7 +380,7 @@ def environment() -> dict[str, Any]:
     except Exception:  # noqa: BLE001 - any metadata problem: fall back to the module
         fbgemm_version = getattr(fbgemm_gpu, "__version__", "unknown")
     return {
-        "cpu_model": _cpu_model(),
+        "cpu_model": cpu_model_name(),
         "cpu_count": os.cpu_count(),
         "cpus_available": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
         "torch_threads": torch.get_num_threads(),

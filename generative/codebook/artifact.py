@@ -72,7 +72,7 @@ def code_perplexity(codes: np.ndarray, size: int) -> tuple[float, float]:
     return float((counts > 0).sum() / size), float(np.exp(-(p * np.log(p)).sum()))
 
 
-def _collision_stats(raw: np.ndarray) -> dict[str, Any]:
+def collision_stats(raw: np.ndarray) -> dict[str, Any]:
     """Collision statistics of the pre-disambiguation codes ``raw`` ``[N, L]``."""
     _, sizes, _ = collision_groups(raw)
     shared = sizes[sizes > 1]

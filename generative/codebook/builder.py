@@ -18,9 +18,9 @@ from torch import Tensor
 
 from generative.codebook.artifact import (
     Codebook,
-    _collision_stats,
     code_perplexity,
     collision_groups,
+    collision_stats,
     min_codebook_size,
 )
 from recsys.registry import Registered
@@ -143,7 +143,7 @@ class CodebookBuilder(Registered, ABC):
 
     def _assemble(self, raw: np.ndarray, extra: dict[str, Any], dim: int, seed: int) -> Codebook:
         sizes = self.level_sizes()
-        stats = _collision_stats(raw)
+        stats = collision_stats(raw)
         _, _, rank = collision_groups(raw)
         if self.disambiguate:
             if stats["max_group_size"] > self.slots():

@@ -11,13 +11,12 @@ import torch
 from torch import Tensor
 
 from generative.codebook.builder import CodebookBuilder
-from recsys.kmeans import kmeans, nearest_centroid
+from recsys.kmeans import kmeans
 
 __all__ = ["RQKMeans", "kmeans", "residual_kmeans"]
 
 # one k-means for the whole project (iHAS clusters with it too); its defaults are the codebook's:
 # k-means++ seeding from a torch generator, empty clusters refilled, an inertia tolerance
-_nearest = nearest_centroid
 
 
 def residual_kmeans(

@@ -12,9 +12,10 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from generative.codebook.artifact import _collision_stats
+from generative.codebook.artifact import collision_stats
 from generative.codebook.builder import CodebookBuilder
-from generative.codebook.rqkmeans import _nearest, residual_kmeans
+from generative.codebook.rqkmeans import residual_kmeans
+from recsys.kmeans import nearest_centroid
 
 __all__ = ["RQVAE", "RQVAECheckpoint"]
 
@@ -48,7 +49,7 @@ class _ResidualVQ(nn.Module):
         loss = z.new_zeros(())
         for book in self.books:
             residuals.append(residual.detach())
-            idx, _ = _nearest(residual.detach(), book.detach())
+            idx, _ = nearest_centroid(residual.detach(), book.detach())
             q = book[idx]
             loss = loss + ((q - residual.detach()) ** 2).mean() + beta * ((residual - q.detach()) ** 2).mean()
             quantised = quantised + q
@@ -163,7 +164,7 @@ class RQVAE(CodebookBuilder):
                             reset += len(dead)
                 if reset:
                     _, eval_codes, _ = evaluate()  # the state that a checkpoint of this epoch holds
-            rate = _collision_stats(eval_codes)["collision_rate_before"]
+            rate = collision_stats(eval_codes)["collision_rate_before"]
             for key, value in (("epoch", epoch), ("loss", total / n), ("reconstruction_loss", recon_total / n),
                                ("usage", usage), ("perplexity", ppl), ("collision_rate", rate),
                                ("dead_codes_reset", reset)):  # fmt: skip
@@ -185,7 +186,7 @@ class RQVAE(CodebookBuilder):
         return codes.astype(np.int64), {
             "reconstruction_loss_initial": recon0,
             "reconstruction_loss": recon,
-            "collision_rate_initial": _collision_stats(codes0)["collision_rate_before"],
+            "collision_rate_initial": collision_stats(codes0)["collision_rate_before"],
             "checkpoint_epoch": chosen,
             "training": curves,
         }

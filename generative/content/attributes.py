@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from generative.content.base import ItemContent, _sparse, _unit_rows, _with_pad_row, truncated_svd
+from generative.content.base import ItemContent, sparse_matrix, truncated_svd, unit_rows, with_pad_row
 from generative.data import LeaveOneOut, SequenceData
 
 __all__ = ["AttributeContent"]
@@ -46,13 +46,13 @@ class AttributeContent(ItemContent):
         idf = np.log((1.0 + n) / (1.0 + df)) + 1.0
         values = idf[cols]
         values /= np.sqrt(np.bincount(rows, weights=values**2, minlength=n))[rows]
-        tfidf = _sparse(rows, cols, values, (n, ids.size))
+        tfidf = sparse_matrix(rows, cols, values, (n, ids.size))
         u, s, _ = truncated_svd(tfidf, self.dim, seed=self.seed)
-        out = _unit_rows((u * s).numpy())
+        out = unit_rows((u * s).numpy())
         self._report = {
             "items_without_attributes": int(n - np.unique(rows).size),
             "num_attributes": int(ids.size),
             "dim": int(out.shape[1]),
             "explained_variance": float((s**2).sum() / (values**2).sum()),
         }
-        return _with_pad_row(out)
+        return with_pad_row(out)

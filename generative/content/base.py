@@ -75,17 +75,17 @@ def truncated_svd(
     return u * flip, s, v * flip
 
 
-def _unit_rows(x: np.ndarray) -> np.ndarray:
+def unit_rows(x: np.ndarray) -> np.ndarray:
     norm = np.linalg.norm(x, axis=1, keepdims=True)
     return np.divide(x, norm, out=np.zeros_like(x), where=norm > 0)
 
 
-def _with_pad_row(rows: np.ndarray) -> np.ndarray:
+def with_pad_row(rows: np.ndarray) -> np.ndarray:
     """Prepend the zero padding row and return float32."""
     return np.concatenate([np.zeros((1, rows.shape[1]), rows.dtype), rows]).astype(np.float32)
 
 
-def _sparse(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> Tensor:
+def sparse_matrix(rows: np.ndarray, cols: np.ndarray, values: np.ndarray, shape: tuple[int, int]) -> Tensor:
     index = torch.from_numpy(np.stack([rows, cols]).astype(np.int64))
     values_t = torch.from_numpy(values.astype(np.float64))
     return torch.sparse_coo_tensor(index, values_t, shape, check_invariants=False).coalesce()

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from generative.content.base import ItemContent, _sparse, _unit_rows, _with_pad_row, truncated_svd
+from generative.content.base import ItemContent, sparse_matrix, truncated_svd, unit_rows, with_pad_row
 from generative.data import LeaveOneOut, SequenceData
 
 __all__ = ["CollaborativeContent"]
@@ -69,13 +69,13 @@ class CollaborativeContent(ItemContent):
         context /= context.sum()
         pmi = np.log(counts / (marginal[rows] * context[cols]))
         keep = pmi > 0
-        ppmi = _sparse(rows[keep], cols[keep], pmi[keep], (n, n))
+        ppmi = sparse_matrix(rows[keep], cols[keep], pmi[keep], (n, n))
         u, s, _ = truncated_svd(ppmi, self.dim, seed=self.seed)
-        out = _unit_rows((u * s.sqrt()).numpy())
+        out = unit_rows((u * s.sqrt()).numpy())
         self._report = {
             "items_without_cooccurrence": int((marginal == 0).sum()),
             "pairs": int(counts.sum()),
             "nonzero_ppmi": int(keep.sum()),
             "dim": int(out.shape[1]),
         }
-        return _with_pad_row(out)
+        return with_pad_row(out)

@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from generative.content.base import ItemContent, _unit_rows, _with_pad_row
+from generative.content.base import ItemContent, unit_rows, with_pad_row
 from generative.data import LeaveOneOut, SequenceData
 
 __all__ = ["TEXT_MODEL_PACKAGE", "TextContent", "text_model_dir"]
@@ -100,6 +100,6 @@ class TextContent(ItemContent):
             show_progress_bar=False,
         ).astype(np.float64)
         emb[empty] = 0.0
-        out = _unit_rows(emb)
+        out = unit_rows(emb)
         self._report = {"items_without_title": len(empty), "dim": int(out.shape[1])}
-        return _with_pad_row(out)
+        return with_pad_row(out)

@@ -38,7 +38,7 @@ def token_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
     return F.cross_entropy(logits.reshape(b * n, v), labels.reshape(b * n), reduction="none").reshape(b, n)
 
 
-def _enum(enum: type[Enum], value: Any, argument: str) -> Any:
+def enum_option(enum: type[Enum], value: Any, argument: str) -> Any:
     try:
         return enum(value)
     except ValueError:

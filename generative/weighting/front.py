@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
-from generative.weighting.base import TokenWeighting, _enum
+from generative.weighting.base import TokenWeighting, enum_option
 
 __all__ = ["FrontGain", "FrontGreater", "dispersion_gains", "front_position_weights", "prefix_entropy_gains"]
 
@@ -141,7 +141,7 @@ class FrontGreater(TokenWeighting):
         super().__init__()
         self.position_weights: Tensor  # data buffers (registered by the base class, filled by fit)
         self.gains: Tensor
-        self.gain = _enum(FrontGain, gain, "gain")
+        self.gain = enum_option(FrontGain, gain, "gain")
         if smoothing < 0 or not math.isfinite(smoothing):
             raise ValueError(f"smoothing must be a finite value >= 0, got {smoothing}")
         self.smoothing = float(smoothing)

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
-from generative.weighting.base import TokenWeighting, _enum
+from generative.weighting.base import TokenWeighting, enum_option
 from generative.weighting.frequency import Frequency
 from generative.weighting.front import FrontGain, FrontGreater
 from generative.weighting.plain import PlainCE
@@ -102,7 +102,7 @@ class MultiTarget(TokenWeighting):
         self.curriculum = bool(curriculum)
         self.regularise = bool(regularise)
         self.normalise = bool(normalise)
-        self.schedule = _enum(MixSchedule, schedule, "schedule")
+        self.schedule = enum_option(MixSchedule, schedule, "schedule")
         self.plain = PlainCE()
         self.front = FrontGreater(gain=front_gain, smoothing=smoothing)
         self.frequency = Frequency(beta=beta)

@@ -55,20 +55,20 @@ from recsys.data.chunking import MAX_SHARD_ROWS, shard_rows
 from recsys.data.encoders import EncodedData, EncodeStats, Preprocessor
 from recsys.data.prepare import apply_options
 from recsys.data.prepare_stream import (
-    _add_stats,
-    _check_unchanged,
-    _file_state,
-    _Labels,
-    _pieces,
-    _sources,
-    _summary,
+    SplitLabels,
+    add_stats,
+    check_unchanged,
+    file_state,
     prefetch,
+    preparation_summary,
     shard_cache_folder,
+    shard_pieces,
+    split_sources,
 )
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
+from recsys.data.readers.blocks import merge_reports
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.shards import (
     FORMAT,
@@ -81,7 +81,16 @@ from recsys.data.shards import (
     save_preprocessor,
 )
 from recsys.data.spill import SpilledChunk, SpillFolder, encode_spilled, spill_chunk
-from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode, _show, _TimeOrder, _where, rows_by_split
+from recsys.data.splits import (
+    SPLITS,
+    RowSplitter,
+    SplitConfig,
+    SplitMode,
+    TimeOrder,
+    line_of,
+    rows_by_split,
+    shown_value,
+)
 from recsys.data.stream import ChunkEncoder, DenseMoments, StreamingFit
 
 __all__ = ["dask_cache_folder", "partitions", "prepare_shards_distributed"]
@@ -126,12 +135,12 @@ def partitions(reader: Reader, split: SplitConfig) -> list[Reader]:
 
 def _partitions(reader: Reader, split: SplitConfig) -> list[_Part]:
     out: list[_Part] = []
-    for name, source in _sources(reader, split).items():
+    for name, source in split_sources(reader, split).items():
         path = source.options().get("path")
         entries = list(path) if isinstance(path, (list, tuple)) and len(path) > 1 else None
         readers = [source.with_path(p) for p in entries] if entries else [source]
         for i, r in enumerate(readers):
-            out.append(_Part(len(out), name, r, i, _file_state({"p": r})))
+            out.append(_Part(len(out), name, r, i, file_state({"p": r})))
     return out
 
 
@@ -152,10 +161,10 @@ def _alive(job: _Job) -> None:
 
 def _time_end(chunk: RawData, split: SplitConfig, i: int) -> _TimeEnd:
     """Row ``i`` of a chunk's time: value, where, text and kind (for the order across files)."""
-    order = _TimeOrder(split.time_column or "", split.time_cuts)
+    order = TimeOrder(split.time_column or "", split.time_cuts)
     row = RawData(chunk.frame.iloc[[i]], chunk.schema, chunk.report)
     t = order.check(row)
-    return t[0], _where(chunk.report, chunk.frame.index[i]), chunk.frame[split.time_column].iloc[i], order.kind or ""
+    return t[0], line_of(chunk.report, chunk.frame.index[i]), chunk.frame[split.time_column].iloc[i], order.kind or ""
 
 
 # -- tasks (run on the workers) ----------------------------------------------------------
@@ -170,7 +179,7 @@ class _Counted:
     counts: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     moments: dict[str, DenseMoments] = field(default_factory=dict)
     fit_rows: int = 0
-    train: _Labels = field(default_factory=_Labels)
+    train: SplitLabels = field(default_factory=SplitLabels)
     reports: list[ReadReport] = field(default_factory=list)
     ends: tuple[_TimeEnd, _TimeEnd] | None = None
     bytes: int = 0
@@ -237,7 +246,7 @@ def _pass1(part: _Part, job: _Job, total: int | None, offset: int) -> _Counted:
         out.train.add(spilled.labels[codes == 0])
         spill.write(spilled)
         out.rows += len(raw)
-    _check_unchanged(part.before, {}, "while it was read")
+    check_unchanged(part.before, {}, "while it was read")
     if first is not None and last is not None:
         out.ends = (first, _time_end(last, job.split, len(last) - 1))
     out.chunks, out.reports = spill.count, list(reports.values())
@@ -268,7 +277,7 @@ class _Written:
     index: int
     rows: int
     shards: dict[str, list[ShardInfo]]
-    labels: dict[str, _Labels]
+    labels: dict[str, SplitLabels]
     stats: dict[str, EncodeStats]
 
 
@@ -288,15 +297,15 @@ def _pass2(part: _Part, job: _Job, chunks: int, pre: Preprocessor) -> _Written:
     encoder = _encoder(job.tag, pre)
     writer = _PartWriter(Path(job.build), f"p{part.index:05d}", job.rows_per_shard)
     folder = Path(job.build) / "spill" / f"p{part.index:05d}"
-    labels: dict[str, _Labels] = {name: _Labels() for name in SPLITS}
+    labels: dict[str, SplitLabels] = {name: SplitLabels() for name in SPLITS}
     stats: dict[str, EncodeStats] = {name: EncodeStats() for name in SPLITS}
     rows = 0
     for spilled in prefetch(SpilledChunk.load(folder / f"{i:06d}.npz") for i in range(chunks)):
         _alive(job)
-        for (name, _), data in encode_spilled(encoder, spilled, _pieces(writer, rows_by_split(spilled.codes))).items():
+        for (name, _), data in encode_spilled(encoder, spilled, shard_pieces(writer, rows_by_split(spilled.codes))).items():
             writer.append(name, data)
             labels[name].add(data.labels)
-            _add_stats(stats[name], data.stats)
+            add_stats(stats[name], data.stats)
         rows += len(spilled)
     shards = writer.flush()
     shutil.rmtree(folder, ignore_errors=True)
@@ -381,8 +390,8 @@ def _check_time_order(parts: list[_Part], counted: list[_Counted], column: str) 
                             f"(as in {prev[1]}) were expected")
         if prev is not None and first[0] < prev[0]:
             raise DataError(
-                f"{first[1]}: the time column {column!r} goes back in time: {_show(first[2])} comes after "
-                f"{_show(prev[2])} ({prev[1]}); a time split needs the rows in time order: sort the data by "
+                f"{first[1]}: the time column {column!r} goes back in time: {shown_value(first[2])} comes after "
+                f"{shown_value(prev[2])} ({prev[1]}); a time split needs the rows in time order: sort the data by "
                 f"{column!r}, or use a random split"
             )
         prev = last
@@ -460,7 +469,7 @@ def prepare_shards_distributed(
 
             logging.getLogger(__name__).warning("rebuilding the damaged shard cache %s: %s", folder, e)
     parts = _partitions(reader, split)
-    sources = _sources(reader, split)
+    sources = split_sources(reader, split)
     build = folder.with_name(f".{folder.name}.build-{socket.gethostname()}-{os.getpid()}")  # one per client
     job = _Job(str(build), split, (features, drop_features, embedding_dim), chunk_rows, rows_per_shard)
     try:
@@ -515,11 +524,11 @@ def _build(
                               "another schema than the train files")
     if split.kind is SplitMode.TIME:
         _check_time_order(parts, counted, split.time_column or "")
-    train = _Labels()
+    train = SplitLabels()
     for c in counted:
         train.rows, train.positives = train.rows + c.train.rows, train.positives + c.train.positives
     train.check("train", source)
-    _check_unchanged(before, sources, "between the two passes")
+    check_unchanged(before, sources, "between the two passes")
     pre = _merge_fit(schema, counted).result()
     timing["pass1_s"] = time.perf_counter() - t1
 
@@ -527,24 +536,24 @@ def _build(
     shared = client.scatter(pre, broadcast=True)
     written = _run(client, _pass2, [(p, job, c.chunks, shared) for p, c in zip(parts, counted)], job,
                    "pass 2/2: encoding shards (dask)", progress, total=sum(c.rows for c in counted))
-    labels: dict[str, _Labels] = {name: _Labels() for name in SPLITS}
+    labels: dict[str, SplitLabels] = {name: SplitLabels() for name in SPLITS}
     stats: dict[str, EncodeStats] = {name: EncodeStats() for name in SPLITS}
     shards: dict[str, list[ShardInfo]] = {}
     for w in written:
         for name in SPLITS:
             labels[name].rows += w.labels[name].rows
             labels[name].positives += w.labels[name].positives
-            _add_stats(stats[name], w.stats[name])
+            add_stats(stats[name], w.stats[name])
             shards.setdefault(name, []).extend(w.shards.get(name, []))
     for name in SPLITS:
         if name == "train" or labels[name].rows:
             labels[name].check(name, source)
-    _check_unchanged(before, sources, "while it was being prepared")
+    check_unchanged(before, sources, "while it was being prepared")
     timing["pass2_s"] = time.perf_counter() - t2
     timing["total_s"] = time.perf_counter() - t0
     rows_all = sum(x.rows for x in labels.values())
     timing["rows_per_s"] = rows_all / max(timing["total_s"], 1e-9)
-    summary = _summary(dataset, source, reports, sources, split, schema, labels, stats, job.rows_per_shard, timing)
+    summary = preparation_summary(dataset, source, reports, sources, split, schema, labels, stats, job.rows_per_shard, timing)
     summary["engine"] = {"name": "dask", "partitions": len(parts)}
     return _finish(folder, build, pre, shards, summary)
 

@@ -35,7 +35,7 @@ __all__ = [
 OOV_ID = 0
 
 
-def _as_str(values: pd.Series | np.ndarray) -> np.ndarray:
+def as_str(values: pd.Series | np.ndarray) -> np.ndarray:
     """Cells as python strings; None/NaN become the empty string (the 'missing' category)."""
     s = pd.Series(values, copy=False)
     if s.dtype != object and not pd.api.types.is_string_dtype(s.dtype):
@@ -511,7 +511,7 @@ class Preprocessor:
     # -- helpers ---------------------------------------------------------------------------
     def _cells(self, spec: FeatureSpec, cells: pd.Series | np.ndarray) -> np.ndarray:
         """Cells as strings with the feature's missing value mapped to the empty string."""
-        tokens = _as_str(cells)
+        tokens = as_str(cells)
         if spec.missing_value is not None:
             tokens[tokens == str(spec.missing_value)] = ""
         return tokens

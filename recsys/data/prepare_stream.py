@@ -44,8 +44,8 @@ from recsys.data.encoders import EncodeStats
 from recsys.data.prepare import apply_options, split_readers
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
+from recsys.data.readers.blocks import merge_reports
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.shards import ShardError, ShardSet, ShardWriter
 from recsys.data.spill import SpillFolder, encode_spilled, spill_chunk
@@ -98,7 +98,7 @@ def prefetch(items: Iterable[T], depth: int = 1) -> Iterator[T]:
         worker.join()
 
 
-def _sources(reader: Reader, split: SplitConfig) -> dict[str, Reader]:
+def split_sources(reader: Reader, split: SplitConfig) -> dict[str, Reader]:
     """The readers to stream: one per split of a files split, else ``{"all": reader}``."""
     return split_readers(reader, split) if split.kind is SplitMode.FILES else {"all": reader}
 
@@ -109,14 +109,14 @@ def shard_cache_folder(
 ) -> Path:
     """The cache folder :func:`prepare_shards` uses for these options."""
     blob = json.dumps(
-        [[r.fingerprint() for r in _sources(reader, split).values()], split.to_dict(), features, drop_features,
+        [[r.fingerprint() for r in split_sources(reader, split).values()], split.to_dict(), features, drop_features,
          embedding_dim, {"layout": "shards", "rows_per_shard": rows_per_shard}],
         sort_keys=True, default=str,
     )
     return Path(cache_dir) / f"{reader.name}-shards-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
 
 
-def _file_state(readers: dict[str, Reader]) -> dict[str, tuple[int, int]]:
+def file_state(readers: dict[str, Reader]) -> dict[str, tuple[int, int]]:
     out = {}
     for r in readers.values():
         for f in r.files():
@@ -125,7 +125,7 @@ def _file_state(readers: dict[str, Reader]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _check_unchanged(before: dict[str, tuple[int, int]], readers: dict[str, Reader], when: str) -> None:
+def check_unchanged(before: dict[str, tuple[int, int]], readers: dict[str, Reader], when: str) -> None:
     for path, (size, mtime) in before.items():
         try:
             st = Path(path).stat()
@@ -140,7 +140,7 @@ def _check_unchanged(before: dict[str, tuple[int, int]], readers: dict[str, Read
             )
 
 
-class _Labels:
+class SplitLabels:
     """Rows and positives of one split (for the empty / one-class checks and the CTR)."""
 
     def __init__(self) -> None:
@@ -237,8 +237,8 @@ def prepare_shards(
             return shards
         except ShardError as e:  # a damaged cache is rebuilt, never trusted
             log.warning("rebuilding the damaged shard cache %s: %s", folder, e)
-    sources = _sources(reader, split)
-    before = _file_state(sources)
+    sources = split_sources(reader, split)
+    before = file_state(sources)
     try:
         return _build(folder, sources, reader.name, split, (features, drop_features, embedding_dim), rows_per_shard,
                       chunk_rows, progress, before)
@@ -273,7 +273,7 @@ def _build(
         stream = _Stream(sources, split, chunk_rows, total)
         fit: StreamingFit | None = None
         schema: Schema | None = None
-        train = _Labels()
+        train = SplitLabels()
         with Progress("pass 1/2: reading, counting vocabularies", enabled=progress) as bar:
             for name, chunk, codes in prefetch(stream.chunks()):
                 raw = apply_options(chunk, *options)
@@ -290,7 +290,7 @@ def _build(
         if fit is None or schema is None:
             raise DataError(f"{source}: the dataset is empty (no data rows)")
         train.check("train", source)
-        _check_unchanged(before, sources, "between the two passes")
+        check_unchanged(before, sources, "between the two passes")
         pre = fit.result()
         del fit  # the token counts (the vocabularies live on in pre)
         encoder = ChunkEncoder(pre)
@@ -298,27 +298,27 @@ def _build(
 
         # pass 2: encode every split into shards
         t2 = time.perf_counter()
-        labels: dict[str, _Labels] = {name: _Labels() for name in SPLITS}
+        labels: dict[str, SplitLabels] = {name: SplitLabels() for name in SPLITS}
         stats: dict[str, EncodeStats] = {name: EncodeStats() for name in SPLITS}
         rows_per_shard = shard_rows(schema) if rows_per_shard is None else rows_per_shard
         with ShardWriter(folder, rows_per_shard) as writer, \
                 Progress("pass 2/2: encoding shards", bar.rows, progress) as bar2:
             for spilled in prefetch(spill):
-                pieces = _pieces(writer, rows_by_split(spilled.codes))
+                pieces = shard_pieces(writer, rows_by_split(spilled.codes))
                 for (part, _), data in encode_spilled(encoder, spilled, pieces).items():
                     writer.append(part, data)
                     labels[part].add(data.labels)
-                    _add_stats(stats[part], data.stats)
+                    add_stats(stats[part], data.stats)
                 bar2.update(len(spilled))
             for name in SPLITS:
                 if name == "train" or labels[name].rows:
                     labels[name].check(name, source)
-            _check_unchanged(before, sources, "while it was being prepared")
+            check_unchanged(before, sources, "while it was being prepared")
             timing["pass2_s"] = time.perf_counter() - t2
             timing["total_s"] = time.perf_counter() - t0
             rows_all = sum(x.rows for x in labels.values())
             timing["rows_per_s"] = rows_all / max(timing["total_s"], 1e-9)
-            summary = _summary(dataset, source, reports, sources, split, schema, labels, stats, rows_per_shard, timing)
+            summary = preparation_summary(dataset, source, reports, sources, split, schema, labels, stats, rows_per_shard, timing)
             shards = writer.finish(pre, summary)
     log.info(
         "prepared %s rows into %s in %s s (%.0f rows/s)", f"{rows_all:,}", folder, f"{timing['total_s']:.1f}",
@@ -327,7 +327,7 @@ def _build(
     return shards
 
 
-def _pieces(writer: ShardWriter, rows: dict[str, np.ndarray]) -> dict[Any, np.ndarray]:
+def shard_pieces(writer: ShardWriter, rows: dict[str, np.ndarray]) -> dict[Any, np.ndarray]:
     """The rows of each split cut where its shards end, keyed ``(split, i)`` in order (so each
     shard is written from whole pieces and its stats are exact)."""
     out: dict[Any, np.ndarray] = {}
@@ -342,7 +342,7 @@ def _pieces(writer: ShardWriter, rows: dict[str, np.ndarray]) -> dict[Any, np.nd
     return out
 
 
-def _add_stats(total: EncodeStats, part: EncodeStats) -> None:
+def add_stats(total: EncodeStats, part: EncodeStats) -> None:
     total.rows += part.rows
     for k, v in part.oov.items():
         total.oov[k] = total.oov.get(k, 0) + v
@@ -350,9 +350,9 @@ def _add_stats(total: EncodeStats, part: EncodeStats) -> None:
         total.dense_filled[k] = total.dense_filled.get(k, 0) + v
 
 
-def _summary(
+def preparation_summary(
     dataset: str, source: str, reports: list[ReadReport], sources: dict[str, Reader], split: SplitConfig,
-    schema: Schema, labels: dict[str, _Labels], stats: dict[str, EncodeStats], rows_per_shard: int,
+    schema: Schema, labels: dict[str, SplitLabels], stats: dict[str, EncodeStats], rows_per_shard: int,
     timing: dict[str, float],
 ) -> dict[str, Any]:
     if split.kind is SplitMode.FILES:  # per split its files' report

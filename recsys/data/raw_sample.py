@@ -32,8 +32,8 @@ import pyarrow as pa
 
 from recsys.data.prepare import apply_options, split_readers
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._stream import merge_reports
 from recsys.data.readers.base import Reader
+from recsys.data.readers.blocks import merge_reports
 from recsys.data.schema import Schema
 from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode
 from recsys.runtime import release_freed_memory

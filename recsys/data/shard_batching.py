@@ -106,7 +106,7 @@ class _Segment:
 _Run = tuple[EncodedData, np.ndarray, dict[str, np.ndarray] | None]
 
 
-def _cut(pieces: Iterator[tuple[EncodedData, np.ndarray]], size: int) -> Iterator[_Run]:
+def cut_runs(pieces: Iterator[tuple[EncodedData, np.ndarray]], size: int) -> Iterator[_Run]:
     """Consecutive runs of ``size`` rows of the stream ``pieces`` (data, row order), the last one
     shorter: ``(data, rows, offsets)`` for :func:`make_batch` (offsets computed once per piece).
     A run spanning two pieces is copied out of both, so no earlier piece stays referenced."""
@@ -323,7 +323,7 @@ class ShardBatchDataset(IterableDataset[Batch]):
             return
         if self.train:
             size = self.local_batch_size
-            for data, rows, offsets in _cut(self._train_pieces(self.epoch, skip * size), size):
+            for data, rows, offsets in cut_runs(self._train_pieces(self.epoch, skip * size), size):
                 batch = make_batch(data, rows, offsets)
                 del data, rows, offsets
                 self._position += 1
@@ -331,7 +331,7 @@ class ShardBatchDataset(IterableDataset[Batch]):
                 if self._position >= total:
                     return
         else:
-            for data, rows, offsets in _cut(self._eval_pieces(), self.batch_size):
+            for data, rows, offsets in cut_runs(self._eval_pieces(), self.batch_size):
                 mine, n_pad = rank_slice(rows, self.rank, self.world_size, self.pad)
                 batch = make_batch(data, mine, offsets)
                 if n_pad:

@@ -29,7 +29,7 @@ from torch.utils.data import IterableDataset
 
 from recsys.data.batching import Batch, BatchDataset, make_batch
 from recsys.data.encoders import EncodedData
-from recsys.data.shard_batching import ShardBatchDataset, _cut, select_columns
+from recsys.data.shard_batching import ShardBatchDataset, cut_runs, select_columns
 from recsys.data.shards import SplitShards, concat_encoded
 
 __all__ = ["SplitData", "SplitView", "SubsetBatches", "batch_dataset", "iter_chunks", "sample_rows"]
@@ -164,7 +164,7 @@ class SubsetBatches(IterableDataset[Batch]):
             del data
 
     def __iter__(self) -> Iterator[Batch]:
-        for data, rows, offsets in _cut(self._pieces(), self.batch_size):
+        for data, rows, offsets in cut_runs(self._pieces(), self.batch_size):
             yield make_batch(data, rows, offsets)
 
 

@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._lines import parse_numbers
+from recsys.data.readers.lines import parse_numbers
 from recsys.data.schema import SchemaError
 
 __all__ = [
@@ -161,7 +161,7 @@ class RowSplitter:
         self.split = split
         self.position = 0
         self._rng = np.random.default_rng(split.seed)
-        self._time = _TimeOrder(split.time_column or "", split.time_cuts) if split.kind is SplitMode.TIME else None
+        self._time = TimeOrder(split.time_column or "", split.time_cuts) if split.kind is SplitMode.TIME else None
         if self.needs_count(split) and total_rows is None:
             raise ValueError("a time split without time_cuts cuts by position and needs total_rows")
         self._bounds = (0, 0)
@@ -197,14 +197,14 @@ class RowSplitter:
         return codes.astype(np.int8)
 
 
-def _show(value: Any) -> str:
+def shown_value(value: Any) -> str:
     """A cell for a message: text quoted, numbers plain."""
     if isinstance(value, np.generic):
         value = value.item()
     return repr(value) if isinstance(value, str) else str(value)
 
 
-def _where(report: ReadReport, index: Any) -> str:
+def line_of(report: ReadReport, index: Any) -> str:
     """``file:line`` of a frame index (pooled indexes of several files resolved to their file)."""
     for f in report.notes.get("files", []):
         if f["offset"] < index <= f["offset"] + f["lines"]:
@@ -212,7 +212,7 @@ def _where(report: ReadReport, index: Any) -> str:
     return f"{report.source}:{index}"
 
 
-class _TimeOrder:
+class TimeOrder:
     """Parses the time column chunk by chunk and checks it is present and never decreasing."""
 
     def __init__(self, column: str, cuts: list[float | str] | None) -> None:
@@ -231,7 +231,7 @@ class _TimeOrder:
             )
         cells = frame[self.column]
         t, missing, bad = self._parse(cells)
-        where = lambda i: _where(chunk.report, frame.index[i])  # noqa: E731
+        where = lambda i: line_of(chunk.report, frame.index[i])  # noqa: E731
         if missing.any():
             i = int(np.argmax(missing))
             raise DataError(
@@ -240,7 +240,7 @@ class _TimeOrder:
         if bad.any():
             i = int(np.argmax(bad))
             what = "a number" if self.kind == "number" else "an ISO-8601 time"
-            raise DataError(f"{where(i)}: the time column {self.column!r}: {_show(cells.iloc[i])} is not {what}")
+            raise DataError(f"{where(i)}: the time column {self.column!r}: {shown_value(cells.iloc[i])} is not {what}")
         if len(t):
             prev = np.concatenate([[self.last[0]], t[:-1]]) if self.last is not None else np.concatenate([t[:1], t[:-1]])
             down = t < prev
@@ -249,8 +249,8 @@ class _TimeOrder:
                 before = self.last[1] if i == 0 and self.last is not None else where(i - 1)
                 prev_text = self.last[2] if i == 0 and self.last is not None else cells.iloc[i - 1]
                 raise DataError(
-                    f"{where(i)}: the time column {self.column!r} goes back in time: {_show(cells.iloc[i])} comes "
-                    f"after {_show(prev_text)} ({before}); a time split needs the rows in time order: sort the data by "
+                    f"{where(i)}: the time column {self.column!r} goes back in time: {shown_value(cells.iloc[i])} comes "
+                    f"after {shown_value(prev_text)} ({before}); a time split needs the rows in time order: sort the data by "
                     f"{self.column!r}, or use a random split"
                 )
             self.last = (t[-1], where(len(t) - 1), cells.iloc[-1])

@@ -31,7 +31,7 @@ from recsys.data.encoders import (
     EncodeStats,
     Preprocessor,
     Vocabulary,
-    _as_str,
+    as_str,
     dense_cells,
     dense_matrix,
     dense_values,
@@ -56,7 +56,7 @@ def _string_array(cells: pd.Series | np.ndarray | pa.Array) -> pa.Array:
             arr = arr.combine_chunks()
         if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type):
             return pc.fill_null(arr, "")
-    return pa.array(_as_str(cells), type=pa.string())
+    return pa.array(as_str(cells), type=pa.string())
 
 
 def column_tokens(spec: FeatureSpec, cells: pd.Series | np.ndarray | pa.Array) -> tuple[pa.Array, np.ndarray]:

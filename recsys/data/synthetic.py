@@ -59,17 +59,17 @@ from recsys.data.synthetic_plan import (
     LEARNABLE_MIN_COUNT,
     Effect,
     FeatureRole,
+    PlanFeature,
     SyntheticConfig,
-    _contributions,
-    _Feature,
-    _frame_columns,
-    _learnable_share,
-    _needed,
-    _parse,
-    _plan_for,
-    _sample,
-    _solve_bias,
-    _stream,
+    frame_columns,
+    learnable_share_of,
+    needed_features,
+    parse_codes,
+    plan_for,
+    rng_stream,
+    sample_codes,
+    solve_bias,
+    term_contributions,
 )
 from recsys.metrics import binary_auc
 
@@ -214,8 +214,8 @@ class GroundTruth:
     # -- the true logit --------------------------------------------------------------------
     def contributions(self, frame: pd.DataFrame) -> dict[str, np.ndarray]:
         """Per-term logit contributions of every row (the interaction is ``"ad_slot*daypart"``)."""
-        plan = _plan_for(self.config)
-        return _contributions(plan, _parse(frame, plan, _needed(plan)))
+        plan = plan_for(self.config)
+        return term_contributions(plan, parse_codes(frame, plan, needed_features(plan)))
 
     def true_logit(self, frame: pd.DataFrame) -> np.ndarray:
         """The logit each row's label was drawn from (float64, one per row of ``frame``)."""
@@ -270,20 +270,20 @@ def generate(config: SyntheticConfig | None = None) -> tuple[RawData, GroundTrut
         ``raw.report.notes["ground_truth"]``.
     """
     config = config or SyntheticConfig()
-    plan = _plan_for(config)
-    codes = _sample(config, plan)
-    contrib = _contributions(plan, codes)
+    plan = plan_for(config)
+    codes = sample_codes(config, plan)
+    contrib = term_contributions(plan, codes)
     logit = np.sum(list(contrib.values()), axis=0)
-    bias = _solve_bias(logit, config.base_ctr)
+    bias = solve_bias(logit, config.base_ctr)
     logit = logit + bias
     prob = 1.0 / (1.0 + np.exp(-logit))
-    labels = (_stream(config.seed, "label").random(config.n_rows) < prob).astype(np.int8)
+    labels = (rng_stream(config.seed, "label").random(config.n_rows) < prob).astype(np.int8)
 
-    cols = _frame_columns(plan, codes)
+    cols = frame_columns(plan, codes)
     frame = pd.DataFrame(cols, index=pd.RangeIndex(1, config.n_rows + 1))
     frame["label"] = labels
 
-    def realised(f: _Feature) -> float:
+    def realised(f: PlanFeature) -> float:
         term = "ad_slot*daypart" if f.role is FeatureRole.INTERACTION else f.name
         return float(contrib[term].std()) if term in contrib else 0.0
 
@@ -293,7 +293,7 @@ def generate(config: SyntheticConfig | None = None) -> tuple[RawData, GroundTrut
             FeatureTruth(
                 name=f.name, role=f.role, kind=f.kind.value, cardinality=f.cardinality, strength=float(f.strength),
                 effect=f.effect, contribution_std=realised(f),
-                learnable_share=_learnable_share(f, codes, contrib), source=f.source or None, partner=f.partner,
+                learnable_share=learnable_share_of(f, codes, contrib), source=f.source or None, partner=f.partner,
                 copy_rate=f.copy_rate if f.source else None, default=f.default,
                 default_rate=f.default_rate if f.default is not None else None,
             )
@@ -304,7 +304,7 @@ def generate(config: SyntheticConfig | None = None) -> tuple[RawData, GroundTrut
         oracle_auc=roc_auc(prob, labels),
     )
 
-    def dim(f: _Feature) -> int:
+    def dim(f: PlanFeature) -> int:
         if config.embedding_dim != BY_CARDINALITY:
             return int(config.embedding_dim)
         return dim_for_cardinality(f.cardinality) if f.cardinality else 16  # dense: unused

@@ -151,7 +151,7 @@ class SyntheticConfig:
 # the plan: every feature's distribution and effect table, rebuilt from the config
 # ---------------------------------------------------------------------------------------------
 @dataclass(eq=False)
-class _Feature:
+class PlanFeature:
     name: str
     kind: FeatureKind
     role: FeatureRole
@@ -180,18 +180,18 @@ class _Feature:
 
 @dataclass(eq=False)
 class _Plan:
-    features: list[_Feature]
+    features: list[PlanFeature]
     interaction: np.ndarray | None  # ad_slot x daypart contribution table (None: no pair)
     perm: np.ndarray  # user_id -> user_id_copy index bijection
 
-    def __getitem__(self, name: str) -> _Feature:
+    def __getitem__(self, name: str) -> PlanFeature:
         return self._by_name[name]
 
     def __post_init__(self) -> None:
         self._by_name = {f.name: f for f in self.features}
 
 
-def _stream(seed: int, *tags: str | int) -> np.random.Generator:
+def rng_stream(seed: int, *tags: str | int) -> np.random.Generator:
     """An independent generator per (seed, tag...)."""
     key = [int(seed) & 0xFFFFFFFF] + [zlib.crc32(t.encode()) if isinstance(t, str) else int(t) for t in tags]
     return np.random.default_rng(key)
@@ -234,12 +234,12 @@ def _plan(seed: int, n_noise: int, n_noise_dense: int, cardinality_scale: float,
         return max(2, int(round(base * cardinality_scale)))
 
     def cat(name: str, values: str | list[str], n: int, probs: np.ndarray, strength: float = 0.0,
-            role: FeatureRole = FeatureRole.INFORMATIVE, **kw: Any) -> _Feature:
+            role: FeatureRole = FeatureRole.INFORMATIVE, **kw: Any) -> PlanFeature:
         """A categorical with ``n`` values (``values`` + index, or the given strings)."""
         vocab = _vocab(values, n) if isinstance(values, str) else np.asarray(values, dtype=object)
-        f = _Feature(name, FeatureKind.CATEGORICAL, role, strength, vocab=vocab, probs=probs, **kw)
+        f = PlanFeature(name, FeatureKind.CATEGORICAL, role, strength, vocab=vocab, probs=probs, **kw)
         if role is FeatureRole.INFORMATIVE:
-            f.effect, f.effects = "categorical", _effects(_stream(seed, name, 1), probs, strength)
+            f.effect, f.effects = "categorical", _effects(rng_stream(seed, name, 1), probs, strength)
         return f
 
     n_user, n_item = card(100_000), card(20_000)
@@ -253,8 +253,8 @@ def _plan(seed: int, n_noise: int, n_noise_dense: int, cardinality_scale: float,
         name = _suffixed("tags", k)
         n_tok, strength, prefix = (500, 0.6 * s, "t") if k == 0 else (300, _TAGS_K_STRENGTH * s, f"t{k + 1}_")
         tag_probs = _zipf(n_tok, 1.0)
-        tag_eff = _effects(_stream(seed, name, 1), tag_probs, strength / np.sqrt(_MAX_TAGS / 2))
-        feats.append(_Feature(name, FeatureKind.MULTI_CATEGORICAL, FeatureRole.INFORMATIVE, strength, "bag_sum",
+        tag_eff = _effects(rng_stream(seed, name, 1), tag_probs, strength / np.sqrt(_MAX_TAGS / 2))
+        feats.append(PlanFeature(name, FeatureKind.MULTI_CATEGORICAL, FeatureRole.INFORMATIVE, strength, "bag_sum",
                               _vocab(prefix, n_tok), tag_probs, tag_eff, max_len=_MAX_TAGS))
     for k in range(n_rare_flags):
         name, rare = _suffixed("promo_flag", k), _PROMO_RATE
@@ -266,10 +266,10 @@ def _plan(seed: int, n_noise: int, n_noise_dense: int, cardinality_scale: float,
             strength = _FLAG_K_STRENGTH * s
             vocab = np.concatenate([np.array(["none"], dtype=object), _vocab("c", _N_COUPONS)])
             probs = np.concatenate([[1 - rare], rare * _zipf(_N_COUPONS, 0.5)])
-            eff = np.concatenate([[0.0], 1.0 + 0.5 * _stream(seed, name, 1).standard_normal(_N_COUPONS)])
+            eff = np.concatenate([[0.0], 1.0 + 0.5 * rng_stream(seed, name, 1).standard_normal(_N_COUPONS)])
             sd = float(np.sqrt(probs @ eff**2 - (probs @ eff) ** 2))
             eff *= strength / sd if sd > 0 else 0.0  # contribution std == strength
-        feats.append(_Feature(name, FeatureKind.CATEGORICAL, FeatureRole.SPARSE_INFORMATIVE, strength, "rare_flag",
+        feats.append(PlanFeature(name, FeatureKind.CATEGORICAL, FeatureRole.SPARSE_INFORMATIVE, strength, "rare_flag",
                               vocab, probs, eff, default=str(vocab[0]), default_rate=1 - rare))
     table = None
     if interaction:
@@ -278,13 +278,13 @@ def _plan(seed: int, n_noise: int, n_noise_dense: int, cardinality_scale: float,
             feats.append(cat(name, values, 6, uniform6, 0.45 * s, FeatureRole.INTERACTION, partner=partner,
                              effect="latin_square"))
         # Latin square: cell (a, b) gets v[(pa[a] + pb[b]) % 6]; every row/column holds all of v
-        rng = _stream(seed, "ad_slot*daypart", 1)
+        rng = rng_stream(seed, "ad_slot*daypart", 1)
         v = rng.standard_normal(6)
         v = (v - v.mean()) / v.std() * 0.45 * s
         pa, pb = rng.permutation(6), rng.permutation(6)
         table = v[(pa[:, None] + pb[None, :]) % 6]
     # redundant copies and noise
-    perm = _stream(seed, "user_id_copy", 1).permutation(n_user)
+    perm = rng_stream(seed, "user_id_copy", 1).permutation(n_user)
     feats.append(cat("user_id_copy", "x", n_user, _user_probs(n_user)[np.argsort(perm)], role=FeatureRole.REDUNDANT,
                      source="user_id"))
     if near_copy:
@@ -296,34 +296,34 @@ def _plan(seed: int, n_noise: int, n_noise_dense: int, cardinality_scale: float,
         c = card(c) if scaled else c
         probs = _user_probs(c) if a < 0 else _zipf(c, a)
         feats.append(cat(name, "n", c, probs, role=FeatureRole.NOISE))
-    feats.append(_Feature("noise_tags", FeatureKind.MULTI_CATEGORICAL, FeatureRole.NOISE, vocab=_vocab("g", 200),
+    feats.append(PlanFeature("noise_tags", FeatureKind.MULTI_CATEGORICAL, FeatureRole.NOISE, vocab=_vocab("g", 200),
                           probs=_zipf(200, 1.0), max_len=_MAX_NOISE_TAGS))
     # dense
     dense = FeatureKind.DENSE
     feats += [
-        _Feature("price", dense, FeatureRole.INFORMATIVE, 0.5 * s, "log_linear", transform=DenseTransform.STANDARDIZE,
+        PlanFeature("price", dense, FeatureRole.INFORMATIVE, 0.5 * s, "log_linear", transform=DenseTransform.STANDARDIZE,
                  fill_value=round(float(np.exp(_PRICE_MU)), 2), nan_rate=0.02, dist="lognormal", loc=_PRICE_MU,
                  scale=_PRICE_SIGMA),
-        _Feature("relevance_score", dense, FeatureRole.INFORMATIVE, 0.35 * s, "linear", fill_value=0.0, nan_rate=0.01,
+        PlanFeature("relevance_score", dense, FeatureRole.INFORMATIVE, 0.35 * s, "linear", fill_value=0.0, nan_rate=0.01,
                  dist="normal"),
-        _Feature("engagement_score", dense, FeatureRole.INFORMATIVE, 0.25 * s, "quadratic",
+        PlanFeature("engagement_score", dense, FeatureRole.INFORMATIVE, 0.25 * s, "quadratic",
                  transform=DenseTransform.STANDARDIZE, fill_value=_ENGAGEMENT_MU, nan_rate=0.01, dist="normal",
                  loc=_ENGAGEMENT_MU, scale=_ENGAGEMENT_SIGMA),
     ][:n_dense_informative]
     if n_dense_informative >= 1:  # price
-        feats.append(_Feature("price_cents", dense, FeatureRole.REDUNDANT, transform=DenseTransform.STANDARDIZE,
+        feats.append(PlanFeature("price_cents", dense, FeatureRole.REDUNDANT, transform=DenseTransform.STANDARDIZE,
                               fill_value=round(float(np.exp(_PRICE_MU)), 2) * 100, source="price"))
     for k in range(n_noise_dense):
         name = "noise_dense" if k == 0 else f"noise_dense_{k + 1}"
         if k % 2 == 0:
-            feats.append(_Feature(name, dense, FeatureRole.NOISE, nan_rate=0.01, dist="normal"))
+            feats.append(PlanFeature(name, dense, FeatureRole.NOISE, nan_rate=0.01, dist="normal"))
         else:
-            feats.append(_Feature(name, dense, FeatureRole.NOISE, transform=DenseTransform.STANDARDIZE,
+            feats.append(PlanFeature(name, dense, FeatureRole.NOISE, transform=DenseTransform.STANDARDIZE,
                                   fill_value=10.0, nan_rate=0.01, dist="exponential", scale=10.0))
     return _Plan(feats, table, perm)
 
 
-def _plan_for(config: SyntheticConfig) -> _Plan:
+def plan_for(config: SyntheticConfig) -> _Plan:
     return _plan(config.seed, config.n_noise, config.n_noise_dense, float(config.cardinality_scale),
                  float(config.signal_scale), int(config.n_rare_flags), int(config.n_tag_fields),
                  int(config.n_dense_informative), bool(config.interaction), bool(config.near_copy))
@@ -332,7 +332,7 @@ def _plan_for(config: SyntheticConfig) -> _Plan:
 # ---------------------------------------------------------------------------------------------
 # codes (category indices / token matrices / floats) <-> frame cells, and the logit
 # ---------------------------------------------------------------------------------------------
-def _sample_bags(rng: np.random.Generator, n: int, f: _Feature) -> np.ndarray:
+def _sample_bags(rng: np.random.Generator, n: int, f: PlanFeature) -> np.ndarray:
     """n x max_len token matrix: each row's distinct tokens sorted first, ``len(vocab)`` as padding."""
     v, k = len(f.vocab), f.max_len
     tokens = rng.choice(v, size=(n, k), p=f.probs)
@@ -345,10 +345,10 @@ def _sample_bags(rng: np.random.Generator, n: int, f: _Feature) -> np.ndarray:
     return tokens
 
 
-def _sample(config: SyntheticConfig, plan: _Plan) -> dict[str, np.ndarray]:
+def sample_codes(config: SyntheticConfig, plan: _Plan) -> dict[str, np.ndarray]:
     n, codes = config.n_rows, {}
     for f in plan.features:
-        rng = _stream(config.seed, f.name)
+        rng = rng_stream(config.seed, f.name)
         if f.kind is FeatureKind.MULTI_CATEGORICAL:
             codes[f.name] = _sample_bags(rng, n, f)
         elif f.kind is FeatureKind.CATEGORICAL:
@@ -385,8 +385,8 @@ def _cells(values: pd.Series | np.ndarray) -> pd.Series:
     return s.where(s.notna(), "").astype(str)
 
 
-def _parse(frame: pd.DataFrame, plan: _Plan, names: list[str]) -> dict[str, np.ndarray]:
-    """Codes of the features ``names`` read back from frame cells (inverse of :func:`_frame_columns`)."""
+def parse_codes(frame: pd.DataFrame, plan: _Plan, names: list[str]) -> dict[str, np.ndarray]:
+    """Codes of the features ``names`` read back from frame cells (inverse of :func:`frame_columns`)."""
     codes = {}
     for name in names:
         f = plan[name]
@@ -418,7 +418,7 @@ def _parse(frame: pd.DataFrame, plan: _Plan, names: list[str]) -> dict[str, np.n
     return codes
 
 
-def _contributions(plan: _Plan, codes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def term_contributions(plan: _Plan, codes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-term logit contributions (no bias); the interaction term is keyed ``"ad_slot*daypart"``."""
     out: dict[str, np.ndarray] = {}
     for f in plan.features:
@@ -442,11 +442,11 @@ def _contributions(plan: _Plan, codes: dict[str, np.ndarray]) -> dict[str, np.nd
     return out
 
 
-def _needed(plan: _Plan) -> list[str]:
+def needed_features(plan: _Plan) -> list[str]:
     return [f.name for f in plan.features if f.effect != "none"]
 
 
-def _frame_columns(plan: _Plan, codes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def frame_columns(plan: _Plan, codes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     cols: dict[str, np.ndarray] = {}
     for f in plan.features:
         c = codes[f.name]
@@ -464,7 +464,7 @@ def _frame_columns(plan: _Plan, codes: dict[str, np.ndarray]) -> dict[str, np.nd
     return cols
 
 
-def _learnable_share(f: _Feature, codes: dict[str, np.ndarray], contrib: dict[str, np.ndarray]) -> float:
+def learnable_share_of(f: PlanFeature, codes: dict[str, np.ndarray], contrib: dict[str, np.ndarray]) -> float:
     """See ``FeatureTruth.learnable_share``."""
     if f.role is FeatureRole.INTERACTION:
         c, w = codes["ad_slot"] * 6 + codes["daypart"], contrib["ad_slot*daypart"] ** 2
@@ -483,7 +483,7 @@ def _learnable_share(f: _Feature, codes: dict[str, np.ndarray], contrib: dict[st
     return float(w[counts[c] >= LEARNABLE_MIN_COUNT].sum() / total) if total > 0 else 0.0
 
 
-def _solve_bias(logit: np.ndarray, ctr: float) -> float:
+def solve_bias(logit: np.ndarray, ctr: float) -> float:
     """The b with ``mean(sigmoid(logit + b)) == ctr`` (Newton steps, clipped)."""
     b = float(np.log(ctr / (1 - ctr)) - np.median(logit))
     for _ in range(100):

@@ -21,7 +21,7 @@ from generative.codebook import (
     kmeans,
     min_codebook_size,
 )
-from generative.codebook.artifact import _collision_stats
+from generative.codebook.artifact import collision_stats
 
 
 def with_pad(x: np.ndarray) -> np.ndarray:
@@ -55,7 +55,7 @@ def test_collision_groups_golden() -> None:
     assert sorted(sizes.tolist()) == [1, 2, 3]
     assert rank.tolist() == [0, 1, 0, 2, 0, 1]
     assert group[0] == group[1] == group[3] and group[2] == group[5] and len({group[0], group[2], group[4]}) == 3
-    stats = _collision_stats(raw)
+    stats = collision_stats(raw)
     assert stats["collision_rate_before"] == pytest.approx(5 / 6)
     assert stats["num_collision_groups"] == 2
     assert stats["max_group_size"] == 3

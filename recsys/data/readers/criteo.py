@@ -9,16 +9,16 @@ import pandas as pd
 import pyarrow as pa
 
 from recsys.data.raw import RawData, ReadReport, check_labels, resolve_data_path
-from recsys.data.readers._lines import to_float
-from recsys.data.readers._stream import parse_block, pool, text_frames
 from recsys.data.readers.base import Reader, check_columns
+from recsys.data.readers.blocks import parse_block, pool, text_frames
+from recsys.data.readers.lines import to_float
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 
 __all__ = ["CRITEO_DENSE", "CRITEO_SPARSE", "CriteoReader"]
 
 CRITEO_DENSE = [f"I{i}" for i in range(1, 14)]
 CRITEO_SPARSE = [f"C{i}" for i in range(1, 27)]
-_COLUMNS = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
+COLUMNS = ["label", *CRITEO_DENSE, *CRITEO_SPARSE]
 _INT_TYPES = {name: pa.int64() for name in CRITEO_DENSE}
 _DEFAULT = "criteo-kaggle-head10k/train_head10k.txt.gz"
 #: file names tried, in order, when ``path`` is a folder
@@ -116,7 +116,7 @@ class CriteoReader(Reader):
     def _chunks(self, rows: int | None, columns: Sequence[str]) -> Iterator[RawData]:
         if self.nrows is not None and self.nrows < 1:
             raise ValueError(f"nrows must be >= 1 or None, got {self.nrows}")
-        check_columns(columns, _COLUMNS, self.name)
+        check_columns(columns, COLUMNS, self.name)
         schema = self.build_schema()
         for path in self.source_files():
             source = str(path)
@@ -127,7 +127,7 @@ class CriteoReader(Reader):
                 # (which the checks below refuse); any other bad cell sends the block to the checks
                 types = None if b"x" in block or b"X" in block else _INT_TYPES
                 frame, _, rest = parse_block(
-                    block, source=source, sep="\t", names=_COLUMNS, expected=len(_COLUMNS), report=report,  # noqa: B023
+                    block, source=source, sep="\t", names=COLUMNS, expected=len(COLUMNS), report=report,  # noqa: B023
                     skip_bad_rows=self.skip_bad_rows, first_line=first, whole=whole, more=more, types=types,
                 )
                 return frame, rest

@@ -22,8 +22,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data.raw import DataError, RawData, ReadReport, resolve_data_path
-from recsys.data.readers._lines import check_parsed, int_strings, parse_numbers, parse_table, read_bytes, scan_lines
 from recsys.data.readers.base import Reader
+from recsys.data.readers.lines import check_parsed, int_strings, parse_numbers, parse_table, read_bytes, scan_lines
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
 __all__ = ["FRAPPE_FIELDS", "FrappeReader", "locate"]

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 
 from recsys.data.raw import DataError, RawData, ReadReport, resolve_data_path
-from recsys.data.readers._lines import check_parsed, int_strings, parse_table, read_bytes, scan_lines, to_float
 from recsys.data.readers.base import Reader
+from recsys.data.readers.lines import check_parsed, int_strings, parse_table, read_bytes, scan_lines, to_float
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
 __all__ = ["AGE_BUCKETS", "GENRES", "MovieLensReader"]

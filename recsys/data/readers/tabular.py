@@ -13,9 +13,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from recsys.data.raw import DataError, IndexUnit, RawData, ReadReport, check_labels, resolve_data_path
-from recsys.data.readers._lines import to_float
-from recsys.data.readers._stream import parse_block, pool, text_frames
 from recsys.data.readers.base import Reader
+from recsys.data.readers.blocks import parse_block, pool, text_frames
+from recsys.data.readers.lines import to_float
 from recsys.data.schema import Schema, SchemaError
 
 __all__ = ["TabularReader"]

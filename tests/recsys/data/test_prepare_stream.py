@@ -15,7 +15,7 @@ from recsys.data.encoders import EncodedData
 from recsys.data.prepare import PreparedData, prepare_data
 from recsys.data.prepare_stream import prefetch, prepare_shards, shard_cache_folder
 from recsys.data.raw import DataError, RawData
-from recsys.data.readers import CriteoReader, TabularReader, _stream
+from recsys.data.readers import CriteoReader, TabularReader, blocks
 from recsys.data.shards import ShardError, ShardSet
 from recsys.data.splits import SplitConfig
 from tests.conftest import require_dataset
@@ -27,7 +27,7 @@ SPLITS = ("train", "val", "test")
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_stream, "MIN_BLOCK", 1)
+    monkeypatch.setattr(blocks, "MIN_BLOCK", 1)
 
 
 def assert_same_as_memory(shards: ShardSet, prepared: PreparedData, standardized: tuple[str, ...] = ()) -> None:

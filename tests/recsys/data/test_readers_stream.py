@@ -12,8 +12,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys.data.raw import DataError, RawData
-from recsys.data.readers import CriteoReader, TabularReader, _stream
-from recsys.data.readers._stream import LineBlocks, pool
+from recsys.data.readers import CriteoReader, TabularReader, blocks
+from recsys.data.readers.blocks import LineBlocks, pool
 from recsys.data.schema import SchemaError
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures"
@@ -23,7 +23,7 @@ TINY_SCHEMA = FIXTURES / "tiny_tabular_schema.yaml"
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Blocks of about ``rows`` lines even for tiny files, so block boundaries are exercised."""
-    monkeypatch.setattr(_stream, "MIN_BLOCK", 1)
+    monkeypatch.setattr(blocks, "MIN_BLOCK", 1)
 
 
 def criteo_lines(n: int, seed: int = 0, cardinality: int = 40) -> list[str]:

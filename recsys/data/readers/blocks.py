@@ -3,8 +3,8 @@
 A file (plain or gzip, detected per file by its magic bytes) is read ``rows`` lines at a time
 (about: a block ends at the last line end within a byte budget estimated from the line length
 seen so far), so memory is bounded by the block size, not the file size. Each block goes
-through the same checks as a whole file (:func:`~recsys.data.readers._lines.scan_lines`,
-:func:`~recsys.data.readers._lines.parse_table`), shifted by the block's first line number,
+through the same checks as a whole file (:func:`~recsys.data.readers.lines.scan_lines`,
+:func:`~recsys.data.readers.lines.parse_table`), shifted by the block's first line number,
 so every error and every skipped row names the file and its line in that file.
 
 A clean block (no quote character, no carriage return other than in ``\\r\\n``, valid UTF-8, and
@@ -30,7 +30,7 @@ import pandas as pd
 import pyarrow as pa
 
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers._lines import _read_arrow_csv, check_parsed, parse_table, scan_lines
+from recsys.data.readers.lines import check_parsed, parse_table, read_arrow_csv, scan_lines
 
 __all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "parse_block", "pool", "check_file_done"]
 
@@ -216,7 +216,7 @@ def parse_block(
         n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
         assert names is not None
         try:
-            table = _read_arrow_csv(block, sep, names, False, False, encoding, include or names, types)
+            table = read_arrow_csv(block, sep, names, False, False, encoding, include or names, types)
         except (pa.ArrowInvalid, UnicodeDecodeError):
             table = None
         if table is not None and table.num_rows == n_lines and n_lines:

@@ -229,7 +229,7 @@ def scan_lines(
         encoding: text encoding (header decoding and ``quoted`` mode).
         message: ``(expected, found) -> str`` describing a wrong field count.
         first_line: source line number of the first line of ``data`` (a block of a file read
-            in blocks, see :mod:`recsys.data.readers._stream`); line numbers in messages, the
+            in blocks, see :mod:`recsys.data.readers.blocks`); line numbers in messages, the
             report and the result count from it.
         part: ``data`` is one block of a longer file: an empty block, or one without good rows,
             is no error (the caller checks the whole file).
@@ -388,13 +388,13 @@ def parse_table(
     """
     keep = include if include is not None else names
     try:
-        table = _read_arrow_csv(data, sep, names, header, quoted, encoding, keep)
+        table = read_arrow_csv(data, sep, names, header, quoted, encoding, keep)
     except (pa.ArrowInvalid, UnicodeDecodeError) as e:
         raise DataError(f"{source}: cannot parse as {sep_name(sep)}-separated text ({encoding}): {e}") from e
     return table.to_pandas()
 
 
-def _read_arrow_csv(
+def read_arrow_csv(
     data: bytes, sep: str, names: list[str], header: bool, quoted: bool, encoding: str, keep: list[str],
     types: dict[str, pa.DataType] | None = None,
 ) -> pa.Table:
