@@ -367,3 +367,26 @@ def test_no_private_name_crosses_a_module() -> None:
                 if private_names or outside:
                     found.append(f"{path.relative_to(ROOT)}: from {node.module} import {[a.name for a in node.names]}")
     assert not found, "\n".join(found)
+
+
+def test_config_literals_hold_their_enums_values() -> None:
+    """Where a config key is a Literal (jsonargparse reads an Enum by member name, the configs
+    hold the values), its choices are exactly the values of the Enum the code uses."""
+    import inspect
+    import typing
+
+    from recsys.data.splits import SplitConfig, SplitMode
+    from recsys.models.base import EmbeddingKernel, FusedOptimizer
+    from recsys.models.grouped import TableOptimizer
+    from recsys.train.module import RankingTask
+
+    def choices(annotation: object) -> set[str]:
+        return {a for a in typing.get_args(annotation) if isinstance(a, str)} | {
+            c for arg in typing.get_args(annotation) for c in typing.get_args(arg) if isinstance(c, str)}
+
+    task = inspect.signature(RankingTask.__init__).parameters
+    hints = typing.get_type_hints(RankingTask.__init__)
+    assert choices(hints["embedding_kernel"]) == {k.value for k in EmbeddingKernel}, task["embedding_kernel"]
+    assert choices(hints["fused_optimizer"]) == {o.value for o in FusedOptimizer}
+    assert choices(TableOptimizer) == {o.value for o in FusedOptimizer}
+    assert choices(typing.get_type_hints(SplitConfig)["mode"]) == {m.value for m in SplitMode}

@@ -76,7 +76,7 @@ class SplitConfig:
     val: float = 0.1
     test: float = 0.1
     seed: int = 42
-    mode: Literal["random", "files", "time"] | None = None
+    mode: Literal["random", "files", "time"] | None = None  # SplitMode's values (the config parser reads Enums by name)
     files: dict[str, str | list[str]] | None = None
     time_column: str | None = None
     time_cuts: list[float | str] | None = None

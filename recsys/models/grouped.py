@@ -38,7 +38,8 @@ from torchrec.sparse.jagged_tensor import KeyedJaggedTensor
 
 __all__ = ["GroupedEmbeddingBags", "TableOptimizer"]
 
-#: the in-backward update of the looked-up rows (the fused kernel's choices)
+#: the in-backward update of the looked-up rows: the values of :class:`~recsys.models.base.FusedOptimizer`
+#: (a Literal for the config parser, kept equal to the Enum by tests/test_project.py)
 TableOptimizer = Literal["sgd", "adagrad", "rowwise_adagrad"]
 #: FBGEMM's default epsilon of its Adagrad updates
 EPS = 1e-8

@@ -121,6 +121,8 @@ class RankingTask(pl.LightningModule):
         self,
         backbone: Backbone = DCNv2,
         schema: dict[str, Any] | None = None,
+        # Literals of the Enums' values (EmbeddingKernel, FusedOptimizer): jsonargparse reads an Enum
+        # by member name, configs hold the values; tests/test_project.py keeps the two in step
         embedding_kernel: Literal["plain", "fused", "grouped"] = "fused",
         fused_optimizer: Literal["sgd", "adagrad", "rowwise_adagrad"] = "adagrad",
         fused_lr: float = 0.05,
