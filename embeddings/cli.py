@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Any, TypeGuard
 from embeddings.plan import DimensionPlan
 from recsys.argv import parse_options, split_passthrough
 from recsys.data.schema import Schema
-from recsys.io import atomic_savefig, atomic_write_text
+from recsys.io import atomic_savefig, atomic_write_text, write_config
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -430,17 +430,15 @@ def dims_main(argv: Sequence[str]) -> int:
         fig = comparison.plot()
         atomic_savefig(fig, out / "comparison.png", dpi=120)
         plt.close(fig)
-        import yaml
 
         searched, summary = comparison.searched, comparison.summary()
-        header = (f"# Config with the {args.method} dimension plan ({searched.embedding_parameters:,} embedding "
-                  f"parameters, {summary['parameter_ratio']:.2f}x the reference; test AUC "
-                  f"{searched.test_auc:.4f} vs {comparison.reference.test_auc:.4f}).\n"
-                  f"# Written by: salience dims --config {args.config} --method {args.method}"
-                  + (f" --budget {args.budget}" if args.budget else "")
-                  + "".join(f" --option {o}" for o in args.option) + "\n")
-        with_plan = yaml.safe_dump(plan.to_config(recipe.config), sort_keys=False)
-        atomic_write_text(out / "config_with_plan.yaml", header + with_plan)
+        comment = (f"Config with the {args.method} dimension plan ({searched.embedding_parameters:,} embedding "
+                   f"parameters, {summary['parameter_ratio']:.2f}x the reference; test AUC "
+                   f"{searched.test_auc:.4f} vs {comparison.reference.test_auc:.4f}).\n"
+                   f"Written by: salience dims --config {args.config} --method {args.method}"
+                   + (f" --budget {args.budget}" if args.budget else "")
+                   + "".join(f" --option {o}" for o in args.option))
+        write_config(out / "config_with_plan.yaml", plan.to_config(recipe.config), comment)
         if tracker is not None:
             comparison.to_mlflow(tracker)
             tracker.log_artifact(out / "config_with_plan.yaml", "dims")

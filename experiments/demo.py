@@ -110,10 +110,9 @@ def _stage_recipe(rows: int, epochs: int, seed: int, workdir: Path) -> Any:
 
 def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs/demo", seed: int = 0) -> dict[str, Any]:
     """Rank (OutRank, LeAP), check against the planted truth, draw the selection curve."""
-    import yaml
 
     from recsys.data.synthetic import GroundTruth
-    from recsys.io import atomic_savefig, atomic_write_text
+    from recsys.io import atomic_savefig, write_config
     from recsys.tracking import RunTracker
     from selection import LeAP, OutRank, selection_curve
 
@@ -135,7 +134,7 @@ def run_selection_stage(rows: int = 50_000, epochs: int = 2, output: str = "runs
         atomic_savefig(curve.plot(), out / "curve.png", dpi=110)
         k_star = curve.smallest_k or max(SELECTION_KS)
         reduced = reports["leap"].reduced_config(recipe.config, k_star)
-        atomic_write_text(out / "reduced_config.yaml", yaml.safe_dump(reduced, sort_keys=False))
+        write_config(out / "reduced_config.yaml", reduced)
         parent.log_artifact(out / "reduced_config.yaml", "selection")
     signal = set(truth.signal)
     return {

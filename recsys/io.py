@@ -22,6 +22,7 @@ __all__ = [
     "atomic_write_json",
     "atomic_write_text",
     "file_sha256",
+    "write_config",
     "read_marked_json",
 ]
 
@@ -181,3 +182,20 @@ def file_sha256(path: str | Path) -> str:
         for block in iter(lambda: fh.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
+
+
+def write_config(path: str | Path, config: Any, comment: str = "") -> Path:
+    """A ``salience fit`` config (or any mapping) as YAML, atomically: keys in their order, values
+    made plain (paths and other objects as text), ``comment`` (lines, without ``#``) on top.
+
+    Every command that writes a training config (``select``'s and the pipeline's
+    ``reduced_config.yaml``, ``dims``' ``config_with_plan.yaml``, a recipe's or a study's copy of
+    a dict config) goes through here, so they read back alike.
+    """
+    import yaml
+
+    header = "".join(f"# {line}\n" for line in comment.splitlines())
+    body = yaml.safe_dump(json.loads(json.dumps(config, default=str)), sort_keys=False)
+    atomic_write_text(path, header + body)
+    return Path(path)
+

@@ -236,17 +236,15 @@ def select_main(argv: Sequence[str]) -> int:
         fig = curve.plot()
         atomic_savefig(fig, out / "curve.png", dpi=120)
         k_star = curve.smallest_k or max(ks)
-        import yaml
-
-        from recsys.io import atomic_write_text
+        from recsys.io import write_config
 
         reduced = report.reduced_config(recipe.config, k_star)
         chosen = next(p for p in curve.points if p.k == k_star)
-        header = (f"# Reduced config: top-{k_star} features by {args.method}, k chosen on validation "
-                  f"(validation AUC {chosen.best_val_auc:.4f} vs {curve.full.best_val_auc:.4f} with all {curve.full.k}; "
-                  f"test AUC {chosen.test_auc:.4f} vs {curve.full.test_auc:.4f}).\n"
-                  f"# Written by: salience select --config {args.config} --method {args.method} --k {args.k}\n")
-        atomic_write_text(out / "reduced_config.yaml", header + yaml.safe_dump(reduced, sort_keys=False))
+        comment = (f"Reduced config: top-{k_star} features by {args.method}, k chosen on validation "
+                   f"(validation AUC {chosen.best_val_auc:.4f} vs {curve.full.best_val_auc:.4f} with all {curve.full.k}; "
+                   f"test AUC {chosen.test_auc:.4f} vs {curve.full.test_auc:.4f}).\n"
+                   f"Written by: salience select --config {args.config} --method {args.method} --k {args.k}")
+        write_config(out / "reduced_config.yaml", reduced, comment)
         if tracker is not None:
             tracker.log_artifact(out / "reduced_config.yaml", "selection")
     s = curve.summary()

@@ -148,3 +148,20 @@ def test_an_export_folder_is_swapped_in_one_step_and_flushed(tmp_path: Path, mon
     assert len(swaps) == 1 and swaps[0][1] == out
     assert any(f.endswith("model.pt") for f in flushed) and str(tmp_path) in flushed  # files, then the parent folder
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".export.")] == []  # nothing left behind
+
+
+def test_write_config_is_the_one_way_a_training_config_is_written(tmp_path: Path) -> None:
+    """Comment lines on top, keys in order, paths and other objects as text; it reads back."""
+    import yaml
+
+    from recsys.io import write_config
+
+    config = {"trainer": {"max_epochs": 2}, "data": {"reader": {"init_args": {"path": tmp_path / "x.csv"}}}, "a": [1, 2]}
+    path = write_config(tmp_path / "c" / "reduced_config.yaml", config, "Reduced config: top-4\nWritten by: test")
+    text = path.read_text()
+    assert text.startswith("# Reduced config: top-4\n# Written by: test\ntrainer:")
+    assert yaml.safe_load(text) == {"trainer": {"max_epochs": 2}, "a": [1, 2],
+                                    "data": {"reader": {"init_args": {"path": str(tmp_path / "x.csv")}}}}
+    writers = [p for p in ROOT.rglob("*.py") if p.parts[len(ROOT.parts)] in ("recsys", "selection", "embeddings", "experiments")
+               and "yaml.safe_dump(" in p.read_text() and "reduced_config" in p.read_text()]
+    assert writers == [ROOT / "recsys" / "io.py"], f"write reduced configs with recsys.io.write_config: {writers}"

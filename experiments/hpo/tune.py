@@ -230,14 +230,9 @@ def _study_files(
     name = study_name or f"{stem}-{sampler}"
     out_dir = Path(output).parent if output is not None else Path("runs") / "tune" / name
     if isinstance(config, Mapping):
-        import yaml
+        from recsys.io import write_config
 
-        from recsys.io import atomic_write_text
-
-        config_path = out_dir / "config.yaml"
-        atomic_write_text(
-            config_path, yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False)
-        )
+        config_path = write_config(out_dir / "config.yaml", dict(config))
     return config_path, name, out_dir
 
 

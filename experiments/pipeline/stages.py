@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from experiments.pipeline.config import PipelineConfig
-from recsys.io import atomic_path, atomic_savefig, atomic_write_text
+from recsys.io import atomic_path, atomic_savefig, atomic_write_text, write_config
 
 if TYPE_CHECKING:
     from recsys.data.encoders import EncodedData
@@ -424,11 +424,7 @@ def run_original(ctx: StageContext) -> dict[str, Any]:
 
 def _write_reduced(ctx: StageContext) -> Path:
     """``<stage>/reduced_config.yaml``: the model config with the kept features and searched dims."""
-    import yaml
-
-    path = ctx.folder / "reduced_config.yaml"
-    atomic_write_text(path, yaml.safe_dump(reduced_config(ctx.config, ctx.results), sort_keys=False))
-    return path
+    return write_config(ctx.folder / "reduced_config.yaml", reduced_config(ctx.config, ctx.results))
 
 
 def export_bytes(export_dir: str | Path) -> int:

@@ -103,14 +103,10 @@ class Recipe:
         else:
             self.workdir = Path(workdir)
         if isinstance(config, Mapping):
-            import yaml
-
-            from recsys.io import atomic_write_text
+            from recsys.io import write_config
 
             self.workdir.mkdir(parents=True, exist_ok=True)
-            path = self.workdir / "recipe_config.yaml"
-            atomic_write_text(path, yaml.safe_dump(json.loads(json.dumps(dict(config), default=str)), sort_keys=False))
-            self.config_path = path
+            self.config_path = write_config(self.workdir / "recipe_config.yaml", dict(config))
         else:
             self.config_path = Path(config)
             if not self.config_path.is_file():

@@ -107,7 +107,7 @@ def test_uniform_under_a_budget_untracked_reuses_an_identical_reference(
     assert not (tmp_cwd / "mlflow.db").exists()  # no store made: the test removed tmp_cwd's empty one
 
 
-def test_bad_method_budget_and_options(tmp_cwd: Path) -> None:
+def test_bad_method_budget_and_options(tmp_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cfg = str(_config(tmp_cwd))
     with pytest.raises(SystemExit, match=r"unknown --method 'dnisx'; available: .*mde.*uniform"):
         main(["dims", "--config", cfg, "--method", "dnisx"])
@@ -117,8 +117,11 @@ def test_bad_method_budget_and_options(tmp_cwd: Path) -> None:
         main(["dims", "--config", cfg, "--method", "mde", "--budget", "lots", "--no-tracking"])
     with pytest.raises(SystemExit, match="--reference expects"):
         main(["dims", "--config", cfg, "--method", "mde", "--reference", "big", "--no-tracking"])
-    with pytest.raises(DimensionPlanError, match="raise the budget to at least"):
-        main(["dims", "--config", cfg, "--method", "mde", "--budget", "100", "--no-tracking"])
+    capsys.readouterr()
+    assert main(["dims", "--config", cfg, "--method", "mde", "--budget", "100", "--no-tracking"]) == 2
+    assert "salience dims: error: " in (err := capsys.readouterr().err) and "raise the budget to at least" in err
+    with pytest.raises(DimensionPlanError, match="raise the budget to at least"):  # the whole error on request
+        main(["dims", "--config", cfg, "--method", "mde", "--budget", "100", "--no-tracking", "--traceback"])
 
 
 def test_a_failed_search_marks_the_parent_run_failed(tmp_cwd: Path) -> None:
@@ -127,8 +130,7 @@ def test_a_failed_search_marks_the_parent_run_failed(tmp_cwd: Path) -> None:
     from recsys.tracking import tracking_uri
 
     cfg = str(_config(tmp_cwd))
-    with pytest.raises(DimensionPlanError):
-        main(["dims", "--config", cfg, "--method", "uniform", "--budget", "100"])
+    assert main(["dims", "--config", cfg, "--method", "uniform", "--budget", "100"]) == 2  # an input error: one line
     client = MlflowClient(tracking_uri())
     runs = client.search_runs([client.get_experiment_by_name("synthetic").experiment_id])
     assert [r.info.status for r in runs] == ["FAILED"]
