@@ -13,6 +13,11 @@ item::
     #  "recall@10_head": ..., "recall@10_tail": ..., ..., "n_head": 4021.0, "n_tail": 1012.0}
 
 A group with no rows (no tail targets, say) gets ``nan`` metrics and a count of 0.
+
+>>> ranking_metrics([[3, 1, 2], [2, 3, 1]], [1, 4], ks=(1, 2))   # user 1 hit at rank 2, user 2 missed
+{'recall@1': 0.0, 'ndcg@1': 0.0, 'recall@2': 0.5, 'ndcg@2': 0.31546487678572877}
+>>> per_row_metrics(hit_ranks([[3, 1, 2], [2, 3, 1]], [1, 4]), 2)["recall@2"].tolist()
+[1.0, 0.0]
 """
 
 from __future__ import annotations

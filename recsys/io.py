@@ -191,6 +191,12 @@ def write_config(path: str | Path, config: Any, comment: str = "") -> Path:
     Every command that writes a training config (``select``'s and the pipeline's
     ``reduced_config.yaml``, ``dims``' ``config_with_plan.yaml``, a recipe's or a study's copy of
     a dict config) goes through here, so they read back alike.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> path = write_config(folder / "c.yaml", {"trainer": {"max_epochs": 2}, "out": folder}, "top-4 features")
+    >>> path.read_text().splitlines()[:3]
+    ['# top-4 features', 'trainer:', '  max_epochs: 2']
     """
     import yaml
 

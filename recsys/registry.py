@@ -11,6 +11,20 @@ subclass that sets a class attribute ``name`` is registered in it::
         name = "leap"
 
     ImportanceMethod.create("leap", penalty=1e-3)
+
+>>> from abc import ABC
+>>> class Greeter(Registered, ABC):
+...     kind = "greeter"
+...     _registry = {}
+>>> class Hello(Greeter):
+...     name = "hello"
+...     def __init__(self, who: str = "world") -> None:
+...         self.who = who
+>>> Greeter.registered_names(), Greeter.create("hello", who="you").who
+(['hello'], 'you')
+>>> Greeter.create("bye")
+Traceback (most recent call last):
+ValueError: unknown greeter 'bye'; available: ['hello']
 """
 
 from __future__ import annotations

@@ -17,6 +17,19 @@ through one :class:`Interval` of the difference ``A - B``:
 :meth:`Interval.verdict` says ``better`` / ``worse`` only when the interval excludes zero, ``tie``
 otherwise; :meth:`Interval.within` is true only when the whole interval lies inside
 ``[-tolerance, +tolerance]``.
+
+>>> labels = [0, 0, 1, 1, 0, 1, 1, 0]
+>>> a = [0.1, 0.2, 0.8, 0.7, 0.3, 0.9, 0.6, 0.4]
+>>> b = [0.2, 0.1, 0.6, 0.9, 0.5, 0.7, 0.4, 0.3]
+>>> diff = delong(labels, a, b)                 # AUC(a) - AUC(b) on the same 8 rows
+>>> diff.text(), diff.verdict()
+('+0.0625 [-0.1107, +0.2357]', 'tie')
+>>> paired_mean_difference([1, 0, 1, 1, 0, 1], [0, 0, 1, 0, 0, 1]).text()   # per-user hits of two models
+'+0.3333 [-0.2086, +0.8753]'
+>>> over_seeds([Interval(0.010, 0.000, 0.020, se=0.005), Interval(0.012, 0.002, 0.022, se=0.005)]).text()
+'+0.0110 [+0.0010, +0.0210]'
+>>> Interval(0.0004, -0.0006, 0.0014).within(0.002)
+True
 """
 
 from __future__ import annotations

@@ -390,3 +390,27 @@ def test_config_literals_hold_their_enums_values() -> None:
     assert choices(hints["fused_optimizer"]) == {o.value for o in FusedOptimizer}
     assert choices(TableOptimizer) == {o.value for o in FusedOptimizer}
     assert choices(typing.get_type_hints(SplitConfig)["mode"]) == {m.value for m in SplitMode}
+
+
+def _modules_with_examples() -> list[str]:
+    """Every module of the packages whose docstrings hold a ``>>>`` example."""
+    names = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            if ">>> " in path.read_text(encoding="utf-8"):
+                names.append(".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"))
+    return names
+
+
+@pytest.mark.parametrize("module", _modules_with_examples())
+def test_docstring_examples_run(module: str) -> None:
+    """The ``>>>`` examples of the public entry points run as written (doctest)."""
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 0 and result.failed == 0, f"{module}: {result.failed} of {result.attempted} examples failed"
+
+
+def test_the_core_entry_points_have_examples() -> None:
+    assert {"recsys.stats", "recsys.io", "recsys.registry", "recsys.metrics", "generative.metrics"} <= set(_modules_with_examples())
