@@ -555,9 +555,6 @@ def main(argv: list[str] | None = None) -> int:
     result["sid_model"] = SID_MODEL
     out = args.output_dir
     stem = "generative_quick" if args.quick else "generative"
-    previous: dict[str, Any] = {}
-    if args.merge and (out / f"{stem}.json").is_file():
-        previous = json.loads((out / f"{stem}.json").read_text())
     start = time.perf_counter()
     with isolated_workdir("salience-gen-bench-") as work:
         measured = {d: run_dataset(d, seeds, epochs, arms, work, args.quick, 0 if args.quick else args.patience)
@@ -566,6 +563,9 @@ def main(argv: list[str] | None = None) -> int:
         run.update(command=result["command"], budget=result["budget"])
         for point in run["points"]:
             point.update(command=result["command"], budget=result["budget"])
+    previous: dict[str, Any] = {}
+    if args.merge and (out / f"{stem}.json").is_file():  # read at the end: a run that finished meanwhile is kept
+        previous = json.loads((out / f"{stem}.json").read_text())
     result["datasets"] = merge_runs(previous, measured, arms) if previous else measured
     result["arms"] = {**previous.get("arms", {}), **result["arms"]}
     result["total_minutes"] = (time.perf_counter() - start) / 60
