@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -304,16 +305,18 @@ def test_console_script_help() -> None:
     for command in ("fit", "test", "predict", "export", "demo", "bench"):
         assert command in out
     # the choices come from the registries: every registered method, search, sampler and benchmark
-    import embeddings
-    import selection
-    from experiments.benchmarks import BENCHMARKS
-    from experiments.hpo import SamplerChoice
-
+    # (read in a fresh process too: plug-in tests register toys in this one)
+    code = ("import json, embeddings, selection; from experiments.benchmarks import BENCHMARKS; "
+            "from experiments.hpo import SamplerChoice; print(json.dumps([selection.method_names(), "
+            "embeddings.search_names(), SamplerChoice.registered_names(), list(BENCHMARKS)]))")
+    methods, searches, samplers, benchmarks = json.loads(
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
+    assert {"leap", "outrank", "permutation"} <= set(methods) and {"gif", "tpe"} <= set(samplers)
     lines = {line.split()[1]: line for line in out.splitlines() if line.strip().startswith("salience ")}
-    assert lines["rank"].split("--method ")[1].split()[0].split("|") == selection.method_names()
-    assert lines["dims"].split("--method ")[1].split()[0].split("|") == embeddings.search_names()
-    assert lines["tune"].split("--sampler ")[1].split()[0].split("|") == SamplerChoice.registered_names()
-    assert lines["bench"].split()[2].split("|") == list(BENCHMARKS)
+    assert lines["rank"].split("--method ")[1].split()[0].split("|") == methods
+    assert lines["dims"].split("--method ")[1].split()[0].split("|") == searches
+    assert lines["tune"].split("--sampler ")[1].split()[0].split("|") == samplers
+    assert lines["bench"].split()[2].split("|") == benchmarks
 
 
 def test_predict_writes_scores(fitted: tuple[SalienceCLI, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
