@@ -200,19 +200,21 @@ def test_optuna_import_errors_keep_no_frames() -> None:
     assert all(e.__traceback__ is None for e in errors) and optuna.__version__
 
 
-def test_a_default_workdir_is_removed_when_the_process_exits(tmp_path: Path) -> None:
+def test_a_default_workdir_is_removed_when_the_process_exits(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Recipe's own temporary folder outlives the fits (their run folders are in it) but not the
-    process: a command that never names a workdir leaves nothing in the temp folder."""
-    import os
-    import subprocess
-    import sys
+    process: it is registered for removal at exit; a named workdir is not."""
+    import atexit
+    import tempfile
 
-    code = ("from recsys.train.recipe import Recipe; "
-            "r = Recipe({'trainer': {'max_epochs': 1}}); print(r.workdir); assert r.workdir.is_dir()")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "TMPDIR": str(tmp_path)})
-    workdir = Path(out.stdout.strip().splitlines()[-1])
-    assert workdir.parent == tmp_path and workdir.name.startswith("salience-recipe-")
-    assert not workdir.exists()
+    registered: list[tuple] = []
+    monkeypatch.setattr(atexit, "register", lambda fn, *args, **kwargs: registered.append((fn, args, kwargs)))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    recipe = Recipe({"trainer": {"max_epochs": 1}})
+    assert recipe.workdir.parent == tmp_path and recipe.workdir.name.startswith("salience-recipe-")
+    assert recipe.workdir.is_dir() and (recipe.workdir / "recipe_config.yaml").is_file()
+    ((fn, args, kwargs),) = registered
+    fn(*args, **kwargs)  # what the interpreter runs at exit
+    assert not recipe.workdir.exists()
     config = Path(__file__).resolve().parents[3] / "experiments" / "configs" / "synthetic_dcnv2.yaml"
-    assert Recipe(config, workdir=tmp_path / "kept").workdir == tmp_path / "kept"
+    kept = Recipe(config, workdir=tmp_path / "kept")
+    assert kept.workdir == tmp_path / "kept" and len(registered) == 1
