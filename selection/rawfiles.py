@@ -61,6 +61,7 @@ def read_raw_file(
     if fmt == "parquet":
         frame = pd.read_parquet(resolved)
         frame.index = pd.RangeIndex(1, len(frame) + 1)
+        report.rows_read = len(frame)
     else:
         frames = []
         for part in _text_frames(resolved, "\t" if fmt == "tsv" else ",", label, None, report, skip_bad_rows):
@@ -70,7 +71,6 @@ def read_raw_file(
     if len(frame) == 0:
         _check_label_column(frame, label, resolved)
         raise DataError(f"{resolved}: no data rows")
-    report.rows_read = len(frame)
     return _schemaless(frame, label, resolved, report)
 
 
@@ -81,9 +81,7 @@ def _text_frames(
     ``str`` columns indexed by line number (the header is line 1); a bad row names its line
     (or, with ``skip_bad_rows``, is dropped and counted in ``report``); an empty file, or one
     without a good row, is a :class:`DataError` after the last block."""
-    from recsys.data.readers.blocks import parse_block, text_frames
-
-    names: list[str] | None = None
+    from recsys.data.readers.blocks import header_text_frames
 
     def on_header(fields: list[str]) -> list[str]:
         header = [f.strip().lstrip("\ufeff") for f in fields]
@@ -94,18 +92,7 @@ def _text_frames(
             raise SchemaError(f"{path}:1: the header names columns {dupes} more than once; rename them")
         return header
 
-    def parse(block: bytes, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
-        nonlocal names
-        frame, header, rest = parse_block(
-            block, source=str(path), sep=sep, names=names, expected=None if names is None else len(names),
-            report=report, skip_bad_rows=skip_bad_rows, first_line=first, whole=whole, more=more, quoted=True,
-            on_header=on_header,
-        )
-        if header is not None:
-            names = header
-        return frame, rest
-
-    yield from text_frames(path, report, rows, parse)
+    yield from header_text_frames(path, report, rows, sep=sep, skip_bad_rows=skip_bad_rows, on_header=on_header)
 
 
 def _check_label_column(frame: pd.DataFrame, label: str, path: Path) -> None:

@@ -344,3 +344,28 @@ def text_frames(
         if frame is not None and len(frame):
             yield frame
     check_file_done(report, str(path), nonblank)
+
+
+def header_text_frames(
+    path: Path, report: ReadReport, rows: int | None, *, sep: str, skip_bad_rows: bool,
+    on_header: Callable[[list[str]], list[str]], include: list[str] | None = None,
+) -> Iterator[pd.DataFrame]:
+    """:func:`text_frames` of a CSV/TSV whose first line names the columns: ``on_header`` maps
+    (and checks) the header fields, every later row must have as many fields, ``"``-quoting is
+    allowed; ``include`` keeps only those columns (default all). Frames of ``str`` columns indexed
+    by line number (the header is line 1)."""
+    names: list[str] | None = None
+
+    def parse(block: bytes, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
+        nonlocal names
+        frame, header, rest = parse_block(
+            block, source=str(path), sep=sep, names=names, expected=None if names is None else len(names),
+            report=report, skip_bad_rows=skip_bad_rows, first_line=first, whole=whole, more=more,
+            quoted=True, include=include, on_header=on_header,
+        )
+        if header is not None:
+            names = header
+        return frame, rest
+
+    yield from text_frames(path, report, rows, parse)
+

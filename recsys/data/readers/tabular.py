@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from recsys.data.raw import DataError, IndexUnit, RawData, ReadReport, check_labels, resolve_data_path
 from recsys.data.readers.base import Reader
-from recsys.data.readers.blocks import parse_block, pool, text_frames
+from recsys.data.readers.blocks import header_text_frames, pool
 from recsys.data.readers.lines import to_float
 from recsys.data.schema import Schema, SchemaError
 
@@ -181,7 +181,6 @@ class TabularReader(Reader):
     ) -> Iterator[pd.DataFrame]:
         source = str(path)
         needed = self._needed(schema, columns)
-        names: list[str] | None = None
 
         def on_header(fields: list[str]) -> list[str]:
             header = _match_header(fields, needed)
@@ -191,18 +190,8 @@ class TabularReader(Reader):
                 raise SchemaError(f"{source}:1: the header names columns {dupes} more than once; rename them")
             return header
 
-        def parse(block: bytes, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
-            nonlocal names
-            frame, header, rest = parse_block(
-                block, source=source, sep=sep, names=names, expected=None if names is None else len(names),
-                report=report, skip_bad_rows=self.skip_bad_rows, first_line=first, whole=whole, more=more,
-                quoted=True, include=needed, on_header=on_header,
-            )
-            if header is not None:
-                names = header
-            return frame, rest
-
-        yield from text_frames(path, report, rows, parse)
+        yield from header_text_frames(path, report, rows, sep=sep, skip_bad_rows=self.skip_bad_rows,
+                                      on_header=on_header, include=needed)
 
     def _parquet_frames(
         self, path: Path, schema: Schema, rows: int | None, columns: Sequence[str], report: ReadReport
