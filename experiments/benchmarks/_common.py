@@ -25,6 +25,7 @@ from typing import Any
 from recsys.stats import BETTER, TIE, WORSE  # the three outcomes of a comparison, one definition
 
 __all__ = [
+    "epoch_budget",
     "BETTER", "TIE", "WORSE", "hardware", "hardware_text", "isolated_workdir", "majority_verdict", "result_header",
     "Z95", "spread_of_difference", "verdict", "versions",
 ]
@@ -129,6 +130,13 @@ def result_header(benchmark: str, argv: Sequence[str] | None, quick: bool, targe
         "quick": quick,
         "targets": targets,
     }
+
+
+def epoch_budget(overrides: Sequence[str]) -> str | None:
+    """The epoch count a run's ``--trainer.max_epochs=N`` override cuts every fit to (the last one
+    wins, as on the command line), or None when the fits train to their config's early stopping."""
+    cut = [o.split("=", 1)[1] for o in overrides if o.startswith("--trainer.max_epochs=")]
+    return cut[-1] if cut else None
 
 
 @contextmanager

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from experiments.benchmarks._common import hardware_text, isolated_workdir, result_header
+from experiments.benchmarks._common import epoch_budget, hardware_text, isolated_workdir, result_header
 from recsys.io import atomic_savefig, atomic_write_text
 from recsys.stats import TIE, WORSE, Interval
 
@@ -337,8 +337,8 @@ def _with_verdict(key: str, v: dict[str, Any]) -> str:
 def under_budget(run: dict[str, Any]) -> str | None:
     """How a run's fits were cut short of their validation plateau (its ``--trainer.max_epochs``
     override), or None when they train to the config's early stopping."""
-    cut = [o.split("=", 1)[1] for o in run.get("overrides", []) if o.startswith("--trainer.max_epochs=")]
-    return f"under budget: {cut[-1]} epochs per fit, not trained to the validation plateau" if cut else None
+    epochs = epoch_budget(run.get("overrides", []))
+    return f"under budget: {epochs} epochs per fit, not trained to the validation plateau" if epochs else None
 
 
 def to_markdown(result: dict[str, Any]) -> str:

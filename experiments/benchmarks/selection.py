@@ -49,6 +49,7 @@ from experiments.benchmarks._common import (
     BETTER,
     TIE,
     WORSE,
+    epoch_budget,
     hardware_text,
     isolated_workdir,
     result_header,
@@ -463,10 +464,10 @@ def _pm(x: dict[str, Any], digits: int = 4) -> str:
 def _budget_note(curve: dict[str, Any]) -> list[str]:
     """A curve whose fits stop at a fixed epoch count says so: every top-k model and the
     all-features model are compared under that budget, not at their validation plateaus."""
-    cut = [o.split("=", 1)[1] for o in curve.get("overrides", []) if o.startswith("--trainer.max_epochs=")]
-    if not cut:
+    epochs = epoch_budget(curve.get("overrides", []))
+    if not epochs:
         return []
-    return [f"**Under budget: {cut[-1]} epochs per fit** (many fits per curve), not trained to the validation plateau: "
+    return [f"**Under budget: {epochs} epochs per fit** (many fits per curve), not trained to the validation plateau: "
             "the AUKCs and k compare models under that budget.", ""]
 
 
