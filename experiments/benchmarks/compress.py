@@ -230,34 +230,36 @@ def summarize(runs: list[dict[str, Any]], tolerance: float) -> dict[str, Any]:
 
 def _chosen_change(runs: list[dict[str, Any]], chosen: list[str]) -> dict[str, Any]:
     """The test AUC change of each seed's validation choice against fp32, paired like :func:`_paired`."""
-    from recsys.stats import Interval, over_seeds
-
-    keys = [f"{c} - fp32" for c in chosen]
-    if all(c == "fp32" or k in r.get("paired", {}) for r, c, k in zip(runs, chosen, keys, strict=True)):
-        fields = ("estimate", "low", "high", "level", "se", "method", "n")
-        per_seed = [Interval(0.0, 0.0, 0.0, se=0.0) if c == "fp32" else Interval(**{f: r["paired"][k][f] for f in fields})
-                    for r, c, k in zip(runs, chosen, keys, strict=True)]
-        iv = over_seeds(per_seed)
-        return {"mean": iv.estimate, "se": iv.se, "n": len(runs), "low": iv.low, "high": iv.high,
-                "method": "delong per seed, over seeds"}
-    return _summary([r["techniques"][c]["test"]["auc"] - r["techniques"]["fp32"]["test"]["auc"]
-                     for r, c in zip(runs, chosen, strict=True)])
+    return _change(runs, [(c, "fp32") for c in chosen])
 
 
 def _paired(runs: list[dict[str, Any]], a: str, b: str) -> dict[str, Any]:
-    """``a - b`` in test AUC: DeLong's interval per seed on the same test rows combined over seeds
-    (:func:`recsys.stats.over_seeds`) where every run kept it, else the t interval over seeds."""
-    from recsys.stats import Interval, over_seeds
-
-    key = f"{a} - {b}"
+    """``a - b`` in test AUC on every seed (see :func:`_change`)."""
     if a == b:
         return {"mean": 0.0, "std": 0.0, "se": 0.0, "n": len(runs), "low": 0.0, "high": 0.0, "method": "same"}
-    if all(key in r.get("paired", {}) for r in runs):
-        fields = ("estimate", "low", "high", "level", "se", "method", "n")
-        iv = over_seeds([Interval(**{f: r["paired"][key][f] for f in fields}) for r in runs])
-        return {"mean": iv.estimate, "std": statistics.stdev([r["paired"][key]["estimate"] for r in runs]) if len(runs) > 1 else 0.0,
+    return _change(runs, [(a, b)] * len(runs))
+
+
+def _change(runs: list[dict[str, Any]], pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """The test AUC difference ``a - b`` of each run's pair: DeLong's interval per seed on the same
+    test rows combined over seeds (:func:`recsys.stats.over_seeds`) where every run kept it (a
+    pair of one technique with itself is a zero difference), else the t interval over seeds."""
+    from recsys.stats import Interval, over_seeds
+
+    def kept(run: dict[str, Any], a: str, b: str) -> Interval | None:
+        if a == b:
+            return Interval(0.0, 0.0, 0.0, se=0.0)
+        stored = run.get("paired", {}).get(f"{a} - {b}")
+        return None if stored is None else Interval(**stored)
+
+    per_seed = [kept(r, a, b) for r, (a, b) in zip(runs, pairs, strict=True)]
+    if all(iv is not None for iv in per_seed):
+        ivs = [iv for iv in per_seed if iv is not None]
+        iv = over_seeds(ivs)
+        return {"mean": iv.estimate, "std": statistics.stdev([x.estimate for x in ivs]) if len(ivs) > 1 else 0.0,
                 "se": iv.se, "n": len(runs), "low": iv.low, "high": iv.high, "method": "delong per seed, over seeds"}
-    return _summary([r["techniques"][a]["test"]["auc"] - r["techniques"][b]["test"]["auc"] for r in runs])
+    return _summary([r["techniques"][a]["test"]["auc"] - r["techniques"][b]["test"]["auc"]
+                     for r, (a, b) in zip(runs, pairs, strict=True)])
 
 
 def _interval(change: dict[str, Any]) -> Interval:
