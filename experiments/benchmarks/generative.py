@@ -260,7 +260,9 @@ def _sasrec_interval(points: list[dict[str, Any]]) -> dict[str, Any]:
 def merge_runs(previous: dict[str, Any], measured: dict[str, dict[str, Any]], arms: list[str]) -> dict[str, dict[str, Any]]:
     """``--merge``: the datasets of ``previous`` that this run did not measure, whole; of those it
     measured, the points of the arms it did not run (each keeping its command and budget), next
-    to the new ones. The summary covers every point; per-user pairs exist only among new arms."""
+    to the new ones, with what was computed from those arms alone (their per-user pairs, SASRec's
+    interval). The summary covers every point; a pair of a kept arm with a new one has no per-user
+    interval (their users' ranks were not kept together)."""
     out: dict[str, dict[str, Any]] = {}
     for name, run in previous.get("datasets", {}).items():
         stamp = {"command": run.get("command", previous["command"]), "budget": run.get("budget", previous["budget"])}
@@ -271,7 +273,11 @@ def merge_runs(previous: dict[str, Any], measured: dict[str, dict[str, Any]], ar
         kept = [p for p in points if p["arm"] not in arms]
         new = measured[name]
         everything = kept + new["points"]
-        out[name] = {**new, "points": everything, "summary": _summarise(everything)}
+        pairs = {k: v for k, v in run.get("paired", {}).items() if not set(k.split(" - ")) & set(arms)}
+        out[name] = {**new, "points": everything, "summary": _summarise(everything),
+                     "paired": {**pairs, **new.get("paired", {})}}
+        if "sasrec" not in arms and "sasrec_recall@10" in run:
+            out[name]["sasrec_recall@10"] = run["sasrec_recall@10"]
     for name, run in measured.items():
         out.setdefault(name, run)
     return out

@@ -213,7 +213,16 @@ def test_generative_benchmark_quick(tmp_path: Path) -> None:
     kept = {p["arm"]: p for p in merged["points"]}
     assert kept["sid-plain"]["recall@10"] == run["points"][1]["recall@10"] and "--arms sasrec" not in kept["sid-plain"]["command"]
     assert "--arms sasrec" in kept["sasrec"]["command"] and set(merged["summary"]) == set(bench.ARMS)
-    assert set(merged["paired"]) == set()  # per-user pairs only among the arms measured together
+    # per-user pairs only among arms measured together: the earlier run's pairs of SID arms stay as they were
+    assert merged["paired"] == {k: v for k, v in run["paired"].items() if "sasrec" not in k}
+    assert merged["sasrec_recall@10"] == run["sasrec_recall@10"]  # SASRec retrained on the same seed: deterministic
+    # merging other arms keeps the SASRec interval computed from the kept SASRec points
+    previous = json.loads((tmp_path / "generative_quick.json").read_text())
+    sid_only = {**merged, "points": [p for p in merged["points"] if p["arm"] == "sid-plain"], "paired": {}}
+    sid_only.pop("sasrec_recall@10")
+    again = bench.merge_runs(previous, {"synthetic": sid_only}, ["sid-plain"])["synthetic"]
+    assert again["sasrec_recall@10"] == merged["sasrec_recall@10"]
+    assert again["paired"] == {k: v for k, v in merged["paired"].items() if "sid-plain" not in k}
 
 
 def test_every_benchmark_but_the_pipeline_has_a_quick_smoke_test() -> None:
