@@ -250,9 +250,10 @@ def run_dataset(
 
 def _sasrec_interval(points: list[dict[str, Any]]) -> dict[str, Any]:
     """SASRec's test Recall@10 with its 95% interval (users' variance per seed, seeds combined)."""
+    from generative.metrics import per_row_metrics
     from recsys.stats import mean_interval, over_seeds
 
-    per_seed = [mean_interval((p["_per_user"]["ranks"] < 10).astype(np.float64))
+    per_seed = [mean_interval(per_row_metrics(p["_per_user"]["ranks"], 10)["recall@10"])
                 for p in points if p["arm"] == "sasrec" and "_per_user" in p]
     return {"sasrec_recall@10": over_seeds(per_seed).to_dict()} if per_seed else {}
 
@@ -420,15 +421,16 @@ def _budget_text(budget: dict[str, Any]) -> str:
 
 def _arm_budget_lines(run: dict[str, Any]) -> list[str]:
     """Where the arms of one dataset were measured under different budgets (``--merge``), which is which."""
-    by_arm: dict[str, tuple[str, str]] = {}
+    by_arm: dict[str, tuple[str, bool, str]] = {}
     for p in run.get("points", []):
         if p.get("budget"):
-            by_arm.setdefault(p["arm"], (_budget_text(p["budget"]), p.get("command", "").strip()))
+            plateau = bool(p["budget"].get("patience"))
+            by_arm.setdefault(p["arm"], (_budget_text(p["budget"]), plateau, p.get("command", "").strip()))
     if len(set(by_arm.values())) <= 1:
         return []
     lines = ["", "The arms were measured under different budgets (merged with `--merge`); compare arms only within one budget:", ""]
-    for arm, (budget, command) in by_arm.items():
-        unplateaued = "" if "stopped after" in budget else " (under budget: not trained to its validation plateau)"
+    for arm, (budget, plateau, command) in by_arm.items():
+        unplateaued = "" if plateau else " (under budget: not trained to its validation plateau)"
         lines.append(f"- {arm}: {budget}{unplateaued}; `{command}`")
     return lines
 
@@ -555,15 +557,16 @@ def main(argv: list[str] | None = None) -> int:
     datasets = ["synthetic"] if args.quick else [d for d in args.datasets.split(",") if d]
     seeds = [0] if args.quick else list(range(args.seeds))
     epochs = 1 if args.quick else args.epochs
+    patience = 0 if args.quick else args.patience
     result = result_header("generative", argv, args.quick, TARGETS)
-    result["budget"] = {"epochs": epochs, "patience": 0 if args.quick else args.patience, "batch_size": BATCH_SIZE, "val_users": VAL_USERS, "cores": 2}
+    result["budget"] = {"epochs": epochs, "patience": patience, "batch_size": BATCH_SIZE, "val_users": VAL_USERS, "cores": 2}
     result["arms"] = {arm: {**COMMON, **ARMS[arm]} for arm in arms}
     result["sid_model"] = SID_MODEL
     out = args.output_dir
     stem = "generative_quick" if args.quick else "generative"
     start = time.perf_counter()
     with isolated_workdir("salience-gen-bench-") as work:
-        measured = {d: run_dataset(d, seeds, epochs, arms, work, args.quick, 0 if args.quick else args.patience)
+        measured = {d: run_dataset(d, seeds, epochs, arms, work, args.quick, patience)
                     for d in datasets}
     for run in measured.values():
         run.update(command=result["command"], budget=result["budget"])
