@@ -4,6 +4,7 @@ file, flush it to the disk, rename it onto the target, flush the folder."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -75,22 +76,30 @@ def _fsync_tree(folder: Path) -> None:
     _fsync(folder)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap the entries ``a`` and ``b`` in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``);
-    False where the system cannot (then nothing was changed)."""
+@functools.cache
+def _renameat2() -> Any:
+    """libc's ``renameat2`` (looked up once: ``find_library`` runs ``ldconfig``), or None off
+    Linux, with a glibc older than 2.28 or another libc."""
     import ctypes
     import ctypes.util
     import sys
 
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):  # glibc older than 2.28, or another libc
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the entries ``a`` and ``b`` in one atomic step (Linux ``renameat2(RENAME_EXCHANGE)``);
+    False where the system cannot (then nothing was changed)."""
+    renameat2 = _renameat2()
+    if renameat2 is None:
         return False
     at_fdcwd, rename_exchange = -100, 2
-    return renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0
+    return bool(renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0)
 
 
 def _umask() -> int:
