@@ -417,7 +417,12 @@ class IHAS(DimensionSearch):
         init_bias: initial gate logit bias (``pi = sigmoid(init_bias)`` at the start).
         width: search width of every table (default: the recipe's dims).
         search_epochs: epochs of gated training.
-        retrain_epochs: epochs of each cluster model's training in :meth:`retrain`.
+        retrain_epochs: epochs of each cluster model's training in :meth:`retrain` (with
+            ``retrain_patience``: the most epochs).
+        retrain_patience: 0 trains ``retrain_epochs`` epochs; N > 0 trains the cluster models
+            epoch by epoch in lockstep to the routed model's validation plateau: stop after N
+            epochs without a better validation AUC and keep the best epoch's weights (as
+            ``salience fit``'s early stopping on ``val_auc``).
         batch_size: rows per batch (default: the recipe's ``data.batch_size``).
         max_steps: cap on the steps of the search (and of each retraining); for tests.
         seed: seeds initialisation, batch order, gate sampling and K-means.
@@ -445,6 +450,7 @@ class IHAS(DimensionSearch):
     width: int | None = None
     search_epochs: int = 5
     retrain_epochs: int = 2
+    retrain_patience: int = 0
     batch_size: int | None = None
     max_steps: int | None = None
     seed: int = 0
@@ -458,6 +464,8 @@ class IHAS(DimensionSearch):
             raise ValueError(f"width must be a positive multiple of {ALIGNMENT}, got {self.width}")
         if self.search_epochs < 1 or self.retrain_epochs < 1:
             raise ValueError("search_epochs and retrain_epochs must be >= 1")
+        if self.retrain_patience < 0:
+            raise ValueError(f"retrain_patience must be >= 0, got {self.retrain_patience}")
         if not 0 < self.tau_end <= self.tau_start:
             raise ValueError(f"need 0 < tau_end <= tau_start, got {self.tau_end}, {self.tau_start}")
 
@@ -647,18 +655,26 @@ class IHAS(DimensionSearch):
         Raises:
             DimensionPlanError: a cluster with no training row under the router (name given).
         """
+        return self.retrain_with_record(recipe, plan, gate_model)[0]
+
+    def retrain_with_record(
+        self, recipe: Recipe, plan: DimensionPlan, gate_model: RankingModel
+    ) -> tuple[IHASRoutedModel, dict[str, Any]]:
+        """:meth:`retrain`, also returning how it went: ``epochs_run``, ``best_epoch`` (1-based, the
+        weights kept) and ``best_val_auc`` (the routed model's; None without ``retrain_patience``)."""
         from recsys.data.split_stream import SplitView
         from recsys.models.backbone import build_backbone
         from recsys.models.base import EmbeddingKernel, SparseArchConfig
 
-        schema, train, _, batch_size, model_cfg = self._setup(recipe)
+        schema, train, val, batch_size, model_cfg = self._setup(recipe)
         router = self.router(plan, gate_model)
         if isinstance(train, SplitView):  # route shard by shard; train on a streamed view per cluster
             per_shard = [_route(router, train.load(i), 4 * batch_size) if n else np.zeros(0, dtype=np.int64)
                          for i, n in enumerate(train.shard_rows())]
         else:
             assigned = _route(router, train, 4 * batch_size)
-        models = []
+        tasks: list[tuple[ManualTask, SplitData]] = []
+        models: list[RankingModel] = []
         for c in sorted(plan.clusters):
             part: SplitData
             if isinstance(train, SplitView):
@@ -670,10 +686,40 @@ class IHAS(DimensionSearch):
             torch.manual_seed(self.seed + 1 + c)
             model = build_backbone(model_cfg.get("backbone"), plan.apply_cluster(schema, c), SparseArchConfig(kernel=EmbeddingKernel.PLAIN))
             task = ManualTask(model, [torch.optim.Adam(model.parameters(), lr=optimizer_lr(model_cfg))])
-            fit_split(task, part, batch_size=batch_size, epochs=self.retrain_epochs, seed=self.seed + c,
-                      max_batches=self.max_steps, quiet=recipe.quiet, root_dir=recipe.workdir)
-            models.append(model.eval())
-        return IHASRoutedModel(router, models).eval()
+            if not self.retrain_patience:  # a fixed budget: each cluster model trains its epochs in turn
+                fit_split(task, part, batch_size=batch_size, epochs=self.retrain_epochs, seed=self.seed + c,
+                          max_batches=self.max_steps, quiet=recipe.quiet, root_dir=recipe.workdir)
+            tasks.append((task, part))
+            models.append(model)
+        routed = IHASRoutedModel(router, models)
+        if not self.retrain_patience:
+            return routed.eval(), {"epochs_run": self.retrain_epochs, "best_epoch": self.retrain_epochs, "best_val_auc": None}
+        record = self._retrain_to_plateau(routed, tasks, val, batch_size, recipe)
+        return routed.eval(), record
+
+    def _retrain_to_plateau(self, routed: IHASRoutedModel, tasks: list[tuple[ManualTask, SplitData]],
+                            val: SplitData, batch_size: int, recipe: Recipe) -> dict[str, Any]:
+        """Epoch ``e`` of every cluster model in turn, then the routed model's validation AUC; stop
+        after ``retrain_patience`` epochs without a better one and load the best epoch's weights."""
+        best_auc, best_epoch, best_state, stale = -math.inf, 0, None, 0
+        left: list[int | None] = [self.max_steps] * len(tasks)  # batch caps (tests)
+        epoch = 0
+        for epoch in range(1, self.retrain_epochs + 1):
+            for c, (task, part) in enumerate(tasks):
+                cap = left[c]
+                used = fit_split(task, part, batch_size=batch_size, epochs=1, seed=self.seed + c, epoch_offset=epoch - 1,
+                                 max_batches=cap, quiet=recipe.quiet, root_dir=recipe.workdir)
+                left[c] = None if cap is None else cap - used
+            auc = _evaluate(routed, val, 4 * batch_size)
+            if auc > best_auc:
+                best_auc, best_epoch, best_state, stale = auc, epoch, copy.deepcopy(routed.models.state_dict()), 0
+            else:
+                stale += 1
+            if stale >= self.retrain_patience or all(n is not None and n <= 0 for n in left):
+                break
+        if best_state is not None:
+            routed.models.load_state_dict(best_state)
+        return {"epochs_run": epoch, "best_epoch": best_epoch, "best_val_auc": None if best_state is None else best_auc}
 
 
 def compare_sampling(recipe: Recipe, **options: Any) -> dict[str, dict[str, Any]]:

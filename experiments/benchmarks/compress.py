@@ -82,7 +82,7 @@ def half_dims(schema: Any) -> dict[str, int]:
     return {f.name: max(4, f.embedding_dim // 2 // 4 * 4) for f in schema.sparse}
 
 
-def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, Any, float, int | None]:
+def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, Any, float, int]:
     """The trained model (plain kernel, eval mode), its data, the fit's seconds and its epochs run."""
     from recsys.export import to_plain_kernel
     from recsys.models.base import SparseArch
@@ -92,9 +92,7 @@ def _fit(recipe: Any, seed: int, quick: bool, extra: list[str]) -> tuple[Any, An
     model = to_plain_kernel(fit.task.model.eval())
     if not isinstance(model.sparse_arch, SparseArch):
         raise ValueError(f"{recipe.config_path}: a model without embedding tables has nothing to compress")
-    trainer = getattr(fit.task, "_trainer", None)
-    epochs = int(trainer.current_epoch) if trainer is not None else None
-    return model, fit.datamodule, time.perf_counter() - start, epochs
+    return model, fit.datamodule, time.perf_counter() - start, fit.epochs_run
 
 
 def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tuple[str, ...] = (),

@@ -54,19 +54,23 @@ TARGETS = {
 UNIFORM_DIMS = (4, 8, 16)
 REFERENCE_DIM = 16
 METHODS = tuple(f"uniform-{d}" for d in UNIFORM_DIMS) + ("mde", "dnis", "ihas")
-#: (dataset, arch) -> committed config and the overrides that fit the 20-minute budget
+#: (dataset, arch) -> committed config and overrides: Frappe and MovieLens train every fit to the
+#: config's early stopping on validation AUC (the converged uniform models); the Criteo runs keep
+#: a 3-epoch budget and are marked "under budget"
 RUNS: dict[str, dict[str, Any]] = {
     "frappe/dcnv2": {"dataset": "frappe", "arch": "dcnv2", "config": "frappe_dcnv2.yaml",
-                     "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
+                     "overrides": ["--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
     "criteo/dcnv2": {"dataset": "criteo", "arch": "dcnv2", "config": "criteo_dcnv2.yaml",
                      "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
     "movielens/dcnv2": {"dataset": "movielens", "arch": "dcnv2", "config": "movielens_dcnv2.yaml",
-                        "overrides": ["--trainer.max_epochs=3", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
+                        "overrides": ["--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
     "criteo/dlrm": {"dataset": "criteo", "arch": "dlrm", "config": "criteo_dlrm.yaml",
                     "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
 }
-#: search settings (small: the whole benchmark has 20 minutes on 2 cores)
+#: search settings (small searches; their plans are retrained as every other model is)
 DNIS_OPTIONS: dict[str, Any] = {"warm_start_epochs": 1, "search_epochs": 2}
+#: iHAS retrains its cluster models for ``retrain_epochs``; a run without an epoch cap retrains
+#: them to the routed model's validation plateau instead (see :func:`ihas_retrain_options`)
 IHAS_OPTIONS: dict[str, Any] = {"num_clusters": 2, "search_epochs": 2, "retrain_epochs": 3}
 QUICK: dict[str, Any] = {"runs": ["criteo/dcnv2"], "epochs": 1, "seeds": 1,
                          "dnis": {"warm_start_epochs": 1, "search_epochs": 1}, "ihas": {"search_epochs": 1, "retrain_epochs": 1}}
@@ -82,12 +86,23 @@ def _point(method: str, seed: int, params: int, test_auc: float, test_logloss: f
 Scores = tuple[np.ndarray, np.ndarray]
 
 
+def ihas_retrain_options(config: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """iHAS's retraining as the run's other fits train: with an epoch cap in ``overrides``, that
+    many epochs; without one, to the validation plateau under the config's ``trainer.max_epochs``
+    and ``model.early_stopping_patience``."""
+    if epoch_budget(overrides) or not (config.get("model") or {}).get("early_stopping_patience"):
+        return {}
+    return {"retrain_epochs": int((config.get("trainer") or {}).get("max_epochs") or 100),
+            "retrain_patience": int(config["model"]["early_stopping_patience"])}
+
+
 def _fit_point(recipe: Any, plan: Any, method: str, seed: int, **extra: Any) -> tuple[dict[str, Any], Scores | None]:
     fit = recipe.fit(extra_args=plan.to_config_overrides(), seed=seed, tracking=False, run_name=f"{method}-s{seed}")
     m = fit.metrics
     point = _point(method, seed, fit.task.model.embedding_parameters(), m.get("test_auc", float("nan")),
                    m.get("test_logloss", float("nan")), fit.seconds, plan.dims,
-                   plan_parameters=int(plan.num_parameters(recipe.schema)), **extra)
+                   plan_parameters=int(plan.num_parameters(recipe.schema)),
+                   epochs_run=fit.epochs_run, **extra)
     return point, fit.test_scores
 
 
@@ -113,6 +128,8 @@ def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str,
         dnis_opts.update(QUICK["dnis"])
         ihas_opts.update(QUICK["ihas"])
     recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / key.replace("/", "-"), quiet=True)
+    if not quick:
+        ihas_opts.update(ihas_retrain_options(recipe.config, overrides))
     schema = recipe.schema  # data prepared before any clock starts
     reference = budget_of(schema, REFERENCE_DIM)
     budget = reference // 2
@@ -156,12 +173,13 @@ def run_one(key: str, workdir: Path, seeds: list[int], quick: bool) -> dict[str,
         plan, gate_model = search.search_with_model(recipe, budget=budget)
         search_seconds = time.perf_counter() - t
         t = time.perf_counter()
-        routed = search.retrain(recipe, plan, gate_model)
+        routed, retrained = search.retrain_with_record(recipe, plan, gate_model)
         retrain_seconds = time.perf_counter() - t
         test, labels, probs = evaluate_with_scores(routed, recipe.datamodule.prepared.splits["test"])
         params = sum(int(cast("RankingModel", m).embedding_parameters()) for m in routed.models)
         p = _point("ihas", seed, params, test["auc"], test["logloss"], retrain_seconds, plan.dims,
                    plan_parameters=int(plan.num_parameters(schema)), clusters=len(routed.models),
+                   epochs_run=retrained["epochs_run"], best_epoch=retrained["best_epoch"],
                    search_seconds=round(search_seconds, 2),
                    search_vs_plain_run=round(search_seconds / plain_seconds, 2),
                    total_vs_plain_run=round((search_seconds + retrain_seconds) / plain_seconds, 2))
@@ -341,6 +359,16 @@ def under_budget(run: dict[str, Any]) -> str | None:
     return f"under budget: {epochs} epochs per fit, not trained to the validation plateau" if epochs else None
 
 
+def _epochs_text(points: list[dict[str, Any]]) -> str:
+    """The range of epochs the fits ran, per method (``-`` where a result did not record them)."""
+    out = []
+    for method in METHODS:
+        epochs = [p["epochs_run"] for p in points if p["method"] == method and p.get("epochs_run")]
+        if epochs:
+            out.append(f"{method} {min(epochs)}-{max(epochs)}" if min(epochs) != max(epochs) else f"{method} {epochs[0]}")
+    return "epochs run " + (", ".join(out) if out else "not recorded")
+
+
 def to_markdown(result: dict[str, Any]) -> str:
     lines = [
         "# Embedding dims: uniform, MDE, DNIS and iHAS at matched budgets",
@@ -370,8 +398,12 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"## {r['dataset']} / {r['arch']} (`{r['config']}` with {' '.join(r['overrides'])}; {r['fields']} sparse "
             f"fields; seeds {r['seeds']}; {r['seconds']} s)",
             "",
+            *([f"Measured by `{r['command'].strip()}` on {r['date'][:10]} (kept with `--merge`).", ""]
+              if r.get("command") and r["command"] != result["command"] else []),
             *([f"**{cut[0].upper()}{cut[1:]}**: uniform-16 and every other model stop at that budget, so the verdicts "
-               "below compare models that were still improving.", ""] if cut else []),
+               "below compare models that were still improving.", ""] if cut else
+              [f"Every fit trains to its validation plateau (the config's early stopping): "
+               f"{_epochs_text(r['points'])}.", ""]),
             f"Uniform-16: {r['reference_parameters']:,} embedding parameters; budget {r['budget']:,}. "
             f"DNIS {r['dnis_options']}; iHAS {r['ihas_options']}.",
             "",
@@ -459,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=RESULTS)
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: Criteo head-10k (DCNv2 and DLRM), 1 seed, 1 epoch (not a result)")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the runs of the existing results that this command does not measure")
     parser.add_argument("--render", type=Path, default=None,
                         help="only recompute the verdicts of this results JSON and re-render its markdown")
     args = parser.parse_args(argv)
@@ -484,21 +518,41 @@ def main(argv: list[str] | None = None) -> int:
     result: dict[str, Any] = {**result_header("dims", argv, args.quick, TARGETS), "runs": {}}
     name = "dims_quick" if args.quick else "dims"
     args.output_dir.mkdir(parents=True, exist_ok=True)
+    earlier = _earlier_runs(args.output_dir / f"{name}.json", keys) if args.merge else {}
+    measured: dict[str, dict[str, Any]] = {}
+    md = ""
     with isolated_workdir("salience-dims-") as work:
         for key in keys:
-            result["runs"][key] = run_one(key, work, seeds, args.quick)
-    runs = result["runs"]
-    if runs:
-        result["overall"] = _overall(runs)
-        plot(runs, args.output_dir / f"{name}.png")
-    result["seconds"] = round(time.perf_counter() - start, 1)
-    from recsys.io import atomic_write_json
-
-    atomic_write_json(args.output_dir / f"{name}.json", result)
-    md = to_markdown(result).replace("(dims.png)", f"({name}.png)")
-    atomic_write_text(args.output_dir / f"{name}.md", md)
+            measured[key] = {**run_one(key, work, seeds, args.quick), "command": result["command"], "date": result["date"]}
+            result["runs"] = {**earlier, **measured}  # written after every run: a stopped run keeps what it finished
+            result["overall"] = _overall(result["runs"])
+            result["seconds"] = round(time.perf_counter() - start, 1)
+            md = _write(result, args.output_dir, name)
     print(md)
     return 0
+
+
+def _earlier_runs(path: Path, measuring: list[str]) -> dict[str, dict[str, Any]]:
+    """``--merge``: the runs of an earlier result that this one does not measure, each with the
+    command (and date) that measured it."""
+    import json
+
+    if not path.is_file():
+        return {}
+    previous = json.loads(path.read_text())
+    return {k: {**r, "command": r.get("command", previous["command"]), "date": r.get("date", previous["date"])}
+            for k, r in previous.get("runs", {}).items() if k not in measuring}
+
+
+def _write(result: dict[str, Any], out: Path, name: str) -> str:
+    """The JSON, the markdown table and the plot of ``result``; returns the markdown."""
+    from recsys.io import atomic_write_json
+
+    plot(result["runs"], out / f"{name}.png")
+    atomic_write_json(out / f"{name}.json", result)
+    md = to_markdown(result).replace("(dims.png)", f"({name}.png)")
+    atomic_write_text(out / f"{name}.md", md)
+    return md
 
 
 if __name__ == "__main__":

@@ -62,6 +62,8 @@ class FitResult:
         test_scores: (labels N, probabilities N) of the test pass in test-split order (None
             without a test pass, or on several processes): two fits of one data config score the
             same rows in the same order, for paired comparisons (:func:`recsys.stats.delong`).
+        epochs_run: training epochs completed (fewer than ``trainer.max_epochs`` when early
+            stopping ended the fit at its validation plateau).
     """
 
     task: RankingTask
@@ -72,6 +74,7 @@ class FitResult:
     root_dir: str = ""
     export: dict[str, Any] | None = None
     test_scores: tuple[np.ndarray, np.ndarray] | None = None
+    epochs_run: int = 0
 
 
 class Recipe:
@@ -286,6 +289,7 @@ class Recipe:
             root_dir=str(root),
             export=getattr(cli, "export_report", None),
             test_scores=getattr(cli.model, "test_scores", None),
+            epochs_run=int(cli.trainer.current_epoch),
         )
         _release(cli)
         return result

@@ -322,6 +322,38 @@ def test_retrain_builds_one_model_per_cluster_on_its_rows(recipe: Recipe,
     assert sizes.tolist() == [plan.cluster_sizes[c] for c in sorted(plan.cluster_sizes)]
 
 
+def test_retrain_to_plateau_keeps_the_best_epochs_weights(recipe: Recipe, searched: tuple[DimensionPlan, torch.nn.Module],
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """With retrain_patience the returned routed model carries the best epoch's weights (its
+    validation AUC is the recorded best, to the bit), every epoch trains in training mode (the
+    validation pass between epochs does not leave the models in eval mode), and training stopped
+    `patience` epochs after the best epoch or at the epoch cap."""
+    import embeddings.ihas as ihas_module
+    from embeddings.ihas import _evaluate
+
+    modes: list[bool] = []
+    fit = ihas_module.fit_split
+
+    def recording_fit(task: torch.nn.Module, *args: object, **kwargs: object) -> int:
+        modes.append(all(m.training for m in task.modules()))
+        return fit(task, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ihas_module, "fit_split", recording_fit)
+    plan, gate_model = searched
+    search = IHAS(**{**SEARCH, "retrain_epochs": 6, "retrain_patience": 1})
+    routed, record = search.retrain_with_record(recipe, plan, gate_model)
+    assert len(modes) == record["epochs_run"] * len(plan.clusters) and all(modes)
+    assert 1 <= record["best_epoch"] <= record["epochs_run"] <= 6
+    assert record["epochs_run"] in (record["best_epoch"] + 1, 6)
+    val = recipe.datamodule.prepared.splits["val"]
+    assert _evaluate(routed, val, 4 * recipe.datamodule.batch_size) == record["best_val_auc"]
+    assert not routed.training
+    fixed, fixed_record = IHAS(**{**SEARCH, "retrain_epochs": 2}).retrain_with_record(recipe, plan, gate_model)
+    assert fixed_record == {"epochs_run": 2, "best_epoch": 2, "best_val_auc": None}
+    with pytest.raises(ValueError, match="retrain_patience"):
+        IHAS(retrain_patience=-1)
+
+
 def test_registered_and_options_validated(recipe: Recipe) -> None:
     from embeddings.base import get_search, search_names
 

@@ -145,6 +145,7 @@ def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
             assert summary[method]["search_vs_plain_run_mean"] > 0
         assert set(run["verdicts"]) >= {"dnis_matches_uniform16_at_half", "ihas_matches_dnis"}
         assert len(run["points"]) == len(bench.METHODS) * len(run["seeds"])
+        assert all(p["epochs_run"] == 1 for p in run["points"])  # --quick: one epoch per fit, recorded
     assert (tmp_path / "dims_quick.png").exists()
     markdown = (tmp_path / "dims_quick.md").read_text()
     assert "| dnis |" in markdown and "| ihas |" in markdown and "## Targets" in markdown

@@ -3,6 +3,7 @@ and the isolated working folder."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -196,3 +197,23 @@ def test_leap_cost_verdict_reads_the_interval_of_alternating_pairs() -> None:
     assert cost_verdict({"leap_vs_plain_run": 1.1, "leap_vs_plain_interval": noisy}, 1.5) == "inconclusive"
     assert cost_verdict({"leap_vs_plain_run": 1.41}, 1.5) == "met (one pair)"  # an older result without pairs
     assert ratio_interval([2.8], [2.0]) is None
+
+
+def test_dims_ihas_retrains_as_the_runs_other_fits_train() -> None:
+    from experiments.benchmarks.dims import ihas_retrain_options
+
+    config = {"trainer": {"max_epochs": 60}, "model": {"early_stopping_patience": 4}}
+    assert ihas_retrain_options(config, ["--data.batch_size=2048"]) == {"retrain_epochs": 60, "retrain_patience": 4}
+    assert ihas_retrain_options(config, ["--trainer.max_epochs=3"]) == {}  # an epoch budget: IHAS_OPTIONS' epochs
+    assert ihas_retrain_options({"trainer": {"max_epochs": 60}, "model": {}}, []) == {}  # no early stopping to follow
+
+
+def test_dims_merge_keeps_the_runs_it_does_not_measure_with_their_command(tmp_path: Path) -> None:
+    from experiments.benchmarks.dims import _earlier_runs
+
+    path = tmp_path / "dims.json"
+    assert _earlier_runs(path, ["a"]) == {}
+    path.write_text(json.dumps({"command": "old", "date": "2026-01-01", "runs": {"a": {"x": 1}, "b": {"x": 2},
+                                                                                 "c": {"x": 3, "command": "older", "date": "2025"}}}))
+    assert _earlier_runs(path, ["a"]) == {"b": {"x": 2, "command": "old", "date": "2026-01-01"},
+                                          "c": {"x": 3, "command": "older", "date": "2025"}}

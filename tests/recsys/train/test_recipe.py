@@ -74,8 +74,9 @@ def test_fit_on_a_subset_with_a_seam(tmp_cwd: Path) -> None:
     seam_group = [g for g in optimizer.param_groups if any(p is model.seam.scale for p in g["params"])]
     assert len(seam_group) == 1 and seam_group[0]["lr"] == 0.5 and seam_group[0]["weight_decay"] == 0.0
     # a second fit with the same name gets its own folder
-    again = recipe.fit(features=["item_id"], tracking=False, run_name="sub", max_epochs=1)
+    again = recipe.fit(features=["item_id"], tracking=False, run_name="sub", max_epochs=2)
     assert again.root_dir != result.root_dir
+    assert (result.epochs_run, again.epochs_run) == (1, 2)  # the config's 1 epoch, then the override's 2
 
 
 @pytest.mark.parametrize(
