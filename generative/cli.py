@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning.pytorch.cli import LightningArgumentParser
 
-from generative.tracking import GenerativeTracking
+from generative.mlflow_logging import GenerativeTracking
 from generative.train import GenerativeTask, SequenceDataModule
 from recsys.tracking import MlflowTracking
 from recsys.train.cli import TrackedCLI

@@ -302,7 +302,7 @@ class GenerativeTask(pl.LightningModule):
         self._eval_step(batch)
 
     def _eval_end(self, prefix: str) -> dict[str, float]:
-        from generative.metrics import hit_ranks, ranking_metrics
+        from generative.ranking_metrics import hit_ranks, ranking_metrics
 
         assert self.catalog is not None
         items = torch.cat([o[0] for o in self._outputs]).numpy()

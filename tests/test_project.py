@@ -306,13 +306,14 @@ def test_committed_results_hold_no_machine_paths() -> None:
 
 
 def test_every_benchmark_is_in_the_one_table_of_names() -> None:
-    """``salience bench NAME`` runs the module :data:`experiments.benchmarks.BENCHMARKS` maps NAME to,
-    and every benchmark module (not ``_shared`` ones) is there, with ``main(argv)``."""
+    """``salience bench NAME`` runs the module NAME of :data:`experiments.benchmarks.BENCHMARKS` (a
+    benchmark's name is its module's), and every benchmark module (not ``_shared`` ones) is there,
+    with ``main(argv)``."""
     from experiments.benchmarks import BENCHMARKS
 
     folder = ROOT / "experiments" / "benchmarks"
-    assert set(BENCHMARKS.values()) == {p.stem for p in folder.glob("[!_]*.py")}
-    for module in BENCHMARKS.values():
+    assert set(BENCHMARKS) == {p.stem for p in folder.glob("[!_]*.py")} and len(set(BENCHMARKS)) == len(BENCHMARKS)
+    for module in BENCHMARKS:
         tree = ast.parse((folder / f"{module}.py").read_text())
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), module
 
@@ -413,4 +414,23 @@ def test_docstring_examples_run(module: str) -> None:
 
 
 def test_the_core_entry_points_have_examples() -> None:
-    assert {"recsys.stats", "recsys.io", "recsys.registry", "recsys.metrics", "generative.metrics"} <= set(_modules_with_examples())
+    assert {"recsys.stats", "recsys.io", "recsys.registry", "recsys.metrics", "generative.ranking_metrics"} <= set(_modules_with_examples())
+
+
+def test_readme_layout_lists_every_package() -> None:
+    """The README's layout block names every package and sub-package (a folder with ``__init__.py``)
+    under its parent, indented two spaces per level, and nothing that is not one."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    listed, parents = set(), []
+    for line in block.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if not name.endswith("/"):
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        parents = parents[:depth] + [name.rstrip("/")]
+        listed.add("/".join(parents))
+    packages = {str(p.parent.relative_to(ROOT)) for top in ("recsys", "selection", "embeddings", "generative", "experiments")
+                for p in (ROOT / top).rglob("__init__.py")}
+    assert packages <= listed, f"packages missing from the README's layout: {sorted(packages - listed)}"
+    assert listed - packages <= {"tests", "notebooks"}, f"not packages: {sorted(listed - packages - {'tests', 'notebooks'})}"

@@ -120,7 +120,7 @@ def run_arm(
     (``quick``: a few batches only, :data:`QUICK_TRAIN_BATCHES` and :data:`QUICK_EVAL_BATCHES`)."""
     import lightning.pytorch as pl
 
-    from generative.tracking import GenerativeTracking
+    from generative.mlflow_logging import GenerativeTracking
     from generative.train import GenerativeTask
 
     pl.seed_everything(seed, workers=True, verbose=False)
@@ -182,7 +182,7 @@ def paired_by_user(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``arm - reference`` on the same test users for every pair of :data:`PAIRS` present: per
     seed a paired t interval over users (:func:`recsys.stats.paired_mean_difference`), then the
     seeds combined (:func:`recsys.stats.over_seeds`: their spread plus the users' variance)."""
-    from generative.metrics import per_row_metrics
+    from generative.ranking_metrics import per_row_metrics
     from recsys.stats import over_seeds, paired_mean_difference
 
     by = {(p["arm"], p["seed"]): p["_per_user"] for p in points if "_per_user" in p}
@@ -250,7 +250,7 @@ def run_dataset(
 
 def _sasrec_interval(points: list[dict[str, Any]]) -> dict[str, Any]:
     """SASRec's test Recall@10 with its 95% interval (users' variance per seed, seeds combined)."""
-    from generative.metrics import per_row_metrics
+    from generative.ranking_metrics import per_row_metrics
     from recsys.stats import mean_interval, over_seeds
 
     per_seed = [mean_interval(per_row_metrics(p["_per_user"]["ranks"], 10)["recall@10"])

@@ -5,7 +5,7 @@
     python -m experiments.benchmarks.wide --merge --parts curves          # redo a part, keep the rest
     python -m experiments.benchmarks.wide --quick                         # smoke run (not a result)
 
-The data is the wide generator's (:mod:`recsys.data.wide`): sparse statistical scalars at 0.0 in
+The data is the wide generator's (:mod:`recsys.data.synthetic.wide`): sparse statistical scalars at 0.0 in
 90-99.5% of rows, ids of 2 to 100k values, embedding vectors of width 8-64, a planted signal set
 (ids, common and rare scalars, vectors), a pair that matters only jointly, exact and near copies,
 noise; F = 100, 1,000 and 5,000 features at a fixed ``--rows`` (50,000: at F = 5,000 one fit of
@@ -74,7 +74,7 @@ LEAP_ABLATIONS = ("none", "sum", "relevance_heldout", "heldout")
 # -- data and recipe -----------------------------------------------------------------------------
 def data_file(root: Path, features: int, rows: int, fmt: str = "parquet") -> Path:
     """The wide dataset of ``features`` x ``rows`` under ``root`` (written once, reused)."""
-    from recsys.data.wide import WideConfig, write_wide
+    from recsys.data.synthetic.wide import WideConfig, write_wide
 
     path = root / f"wide{features}x{rows}.{fmt}"
     if not path.exists() or not path.with_name(f"{path.name.split('.')[0]}.truth.json").exists():
@@ -147,7 +147,7 @@ def planted_metrics(ranking: list[str], truth: Any) -> dict[str, Any]:
 
 # -- the worker: one ranking (or one plain fit) in a process of its own --------------------------
 def _worker(args: argparse.Namespace) -> int:
-    from recsys.data.wide import WideTruth
+    from recsys.data.synthetic.wide import WideTruth
     from recsys.train.recipe import Recipe
     from selection.base import WidthRefusal
 

@@ -11,7 +11,7 @@ import torch
 from lightning.pytorch.cli import instantiate_module
 
 from recsys.data.encoders import Preprocessor
-from recsys.data.split_stream import SplitData
+from recsys.data.streaming.split_view import SplitData
 from recsys.models import RankingModel
 from recsys.train.datamodule import CTRDataModule, saved_preprocessor
 from recsys.train.module import RankingTask
