@@ -56,21 +56,23 @@ PATIENCE = 3
 BATCH_SIZE = 256
 BUDGET_MINUTES = 45
 VAL_USERS = 2000
-#: arm -> GenerativeTask arguments
-ARMS: dict[str, dict[str, Any]] = {
-    "sasrec": {"arch": "sasrec", "model_options": {"dim": 64, "layers": 2, "heads": 2, "dropout": 0.2}},
-    "sid-plain": {"arch": "sid", "weighting": "plain"},
-    "sid-front": {"arch": "sid", "weighting": "front", "weighting_options": {"gain": "entropy"}},
-    "sid-frequency": {"arch": "sid", "weighting": "frequency"},
-    "sid-multi": {"arch": "sid", "weighting": "multi", "weighting_options": {"front_gain": "entropy"}},
-}
-#: every arm: AdamW, linear warm-up then cosine decay over the run
-COMMON: dict[str, Any] = {"learning_rate": 2e-3, "weight_decay": 0.01, "warmup_steps": 100}
 #: the generative model's size for the CPU budget (one position per history item, see SIDTransformer)
 SID_MODEL: dict[str, Any] = {
     "d_model": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 1, "ff_dim": 256, "dropout": 0.1,
     "history_tokens": "item",
 }
+SID: dict[str, Any] = {"arch": {"class_path": "sid", "init_args": SID_MODEL}, "beam_size": 20}
+#: arm -> GenerativeTask arguments
+ARMS: dict[str, dict[str, Any]] = {
+    "sasrec": {"arch": {"class_path": "sasrec", "init_args": {"dim": 64, "layers": 2, "heads": 2, "dropout": 0.2}}},
+    "sid-plain": {**SID, "weighting": "plain"},
+    "sid-front": {**SID, "weighting": {"class_path": "front", "init_args": {"gain": "entropy"}}},
+    "sid-frequency": {**SID, "weighting": "frequency"},
+    "sid-multi": {**SID, "weighting": {"class_path": "multi", "init_args": {"front_gain": "entropy"}}},
+}
+#: every arm: AdamW, linear warm-up then cosine decay over the run
+COMMON: dict[str, Any] = {"optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 2e-3, "weight_decay": 0.01}},
+                          "warmup_steps": 100}
 #: published numbers to print next to ours (test split, leave-one-out)
 ANCHORS = {
     "beauty": {
@@ -100,8 +102,7 @@ def _data(dataset: str, quick: bool) -> Any:
     return SequenceDataModule(
         dataset=dataset,
         content="concat",
-        codebook="rq-kmeans",
-        codebook_options={"levels": 3, "codebook_size": 32 if quick else 256},
+        codebook={"class_path": "rq-kmeans", "init_args": {"levels": 3, "codebook_size": 32 if quick else 256}},
         batch_size=BATCH_SIZE,
         eval_batch_size=512,
         val_users=None if quick else VAL_USERS,
@@ -125,8 +126,6 @@ def run_arm(
 
     pl.seed_everything(seed, workers=True, verbose=False)
     options = {**COMMON, **ARMS[arm]}
-    if options["arch"] == "sid":
-        options.update(model_options=SID_MODEL, beam_size=20)
     dm.shuffle_seed = seed
     task = GenerativeTask(**options, early_stopping_patience=patience)
     tracking = GenerativeTracking(run_name=f"{arm}-{dm.dataset_name}-seed{seed}")
