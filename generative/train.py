@@ -29,6 +29,7 @@ from lightning.pytorch.cli import OptimizerCallable
 from torch.utils.data import DataLoader, TensorDataset
 
 from generative.base import Catalog, NextItemModel
+from generative.data import SequenceDataset
 from recsys.config import as_spec, from_spec
 from recsys.registry import Plugin, StrategySpec
 from recsys.trainer_attrs import trainer_datamodule
@@ -82,7 +83,7 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        dataset: str = "synthetic",
+        dataset: SequenceDataset = "synthetic",
         data_dir: str | None = None,
         max_history: int = 20,
         min_length: int = 3,

@@ -391,6 +391,26 @@ def test_config_literals_hold_their_enums_values() -> None:
     assert choices(hints["fused_optimizer"]) == {o.value for o in FusedOptimizer}
     assert choices(TableOptimizer) == {o.value for o in FusedOptimizer}
     assert choices(typing.get_type_hints(SplitConfig)["mode"]) == {m.value for m in SplitMode}
+    from generative.data import DATASETS, SequenceDataset
+    from recsys.models.rows import RowMapping, RowScheme
+
+    assert choices(typing.get_type_hints(RowScheme)["scheme"]) == {m.value for m in RowMapping}
+    assert choices(SequenceDataset) == set(DATASETS)
+
+
+def test_closed_choices_given_as_text_become_their_enum() -> None:
+    """A strategy's closed choice given as its value (a CLI ``--option``) is held as the Enum."""
+    from embeddings import IHAS
+    from embeddings.compression.layouts import row_schemes
+    from embeddings.dims.ihas import GateSampling
+    from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+
+    assert IHAS(sampling="relaxed").sampling is GateSampling.RELAXED
+    assert IHAS(sampling="relaxed").describe()["sampling"] == "relaxed"
+    schema = Schema([FeatureSpec("a", FeatureKind.CATEGORICAL, num_embeddings=100)])
+    assert row_schemes(schema, "hash", min_ids=10) == {"a": {"scheme": "hash", "rows": 20}}
+    with pytest.raises(ValueError, match="row scheme must be 'qr' or 'hash', got 'pq'"):
+        row_schemes(schema, "pq")
 
 
 def _modules_with_examples() -> list[str]:

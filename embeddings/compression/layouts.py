@@ -45,6 +45,7 @@ from embeddings.compression.precision import CompressResult, search_precisions
 from recsys.data.schema import Schema
 from recsys.export.quantize import Precision, PrecisionError, PrecisionPlan
 from recsys.models.base import RankingModel, SparseArch
+from recsys.models.rows import RowMapping
 
 __all__ = [
     "Layout", "LayoutChoice", "TrainedLayout", "choose_layout", "importance_layout", "layouts_for_budget", "read_ranking",
@@ -83,19 +84,21 @@ class Layout:
                 "rows": {k: dict(v) for k, v in self.rows.items()}}
 
 
-def row_schemes(schema: Schema, scheme: str, min_ids: int = MIN_IDS) -> dict[str, dict[str, Any]]:
+def row_schemes(schema: Schema, scheme: RowMapping | str, min_ids: int = MIN_IDS) -> dict[str, dict[str, Any]]:
     """``model.embedding_rows`` for every sparse feature with at least ``min_ids`` ids:
     quotient-remainder with ``m = ceil(sqrt(n))`` buckets (``ceil(n / m) + m`` rows, sum), or a
     hashed table of the same rows (equal bytes: the baseline QR must beat)."""
-    if scheme not in ("qr", "hash"):
-        raise ValueError(f"row scheme must be 'qr' or 'hash', got {scheme!r}")
+    try:
+        scheme = RowMapping(scheme)
+    except ValueError:
+        raise ValueError(f"row scheme must be 'qr' or 'hash', got {scheme!r}") from None
     out: dict[str, dict[str, Any]] = {}
     for f in schema.sparse:
         n = int(f.num_embeddings or 0)
         if n < min_ids:
             continue
         m = math.ceil(math.sqrt(n))
-        out[f.name] = ({"scheme": "qr", "buckets": m, "combine": "sum"} if scheme == "qr"
+        out[f.name] = ({"scheme": "qr", "buckets": m, "combine": "sum"} if scheme is RowMapping.QR
                        else {"scheme": "hash", "rows": math.ceil(n / m) + m})
     return out
 

@@ -440,7 +440,7 @@ class IHAS(DimensionSearch):
     name: ClassVar[str] = "ihas"
 
     num_clusters: int = 2
-    sampling: str = GateSampling.STRAIGHT_THROUGH.value
+    sampling: GateSampling | str = GateSampling.STRAIGHT_THROUGH
     sparsity: float = 0.1
     polarization: float = 0.1
     tau_start: float = 1.0
@@ -457,7 +457,7 @@ class IHAS(DimensionSearch):
     cluster_rows: int | None = None
 
     def __post_init__(self) -> None:
-        self.sampling = GateSampling(self.sampling).value
+        self.sampling = GateSampling(self.sampling)
         if self.num_clusters < 1:
             raise ValueError(f"num_clusters must be >= 1, got {self.num_clusters}")
         if self.width is not None and (int(self.width) < ALIGNMENT or int(self.width) % ALIGNMENT):

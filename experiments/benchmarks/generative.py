@@ -36,9 +36,12 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from generative.data import SequenceDataset
 
 from experiments.benchmarks._common import (
     BETTER,
@@ -100,7 +103,7 @@ def _data(dataset: str, quick: bool) -> Any:
     from generative.train import SequenceDataModule
 
     return SequenceDataModule(
-        dataset=dataset,
+        dataset=cast("SequenceDataset", dataset),  # one of generative.data.DATASETS (--datasets is checked)
         content="concat",
         codebook={"class_path": "rq-kmeans", "init_args": {"levels": 3, "codebook_size": 32 if quick else 256}},
         batch_size=BATCH_SIZE,
@@ -554,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--arms: unknown {unknown}; available: {list(ARMS)}")
     datasets = ["synthetic"] if args.quick else [d for d in args.datasets.split(",") if d]
+    from generative.data import DATASETS
+
+    unknown = [d for d in datasets if d not in DATASETS]
+    if unknown:
+        parser.error(f"--datasets: unknown {unknown}; available: {', '.join(DATASETS)}")
     seeds = [0] if args.quick else list(range(args.seeds))
     epochs = 1 if args.quick else args.epochs
     patience = 0 if args.quick else args.patience

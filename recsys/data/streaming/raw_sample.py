@@ -35,7 +35,7 @@ from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.base import Reader
 from recsys.data.readers.blocks import merge_reports
 from recsys.data.schema import Schema
-from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode
+from recsys.data.splits import SPLITS, RowSplitter, SplitConfig, SplitMode, SplitName
 from recsys.runtime import release_freed_memory
 
 __all__ = ["sample_raw_split"]
@@ -91,7 +91,7 @@ def _keep(raw: RawData) -> _Kept:
 def sample_raw_split(
     reader: Reader,
     split: SplitConfig,
-    name: str = "train",
+    name: SplitName = "train",
     rows: int = 1_000_000,
     seed: int = 0,
     features: list[str] | None = None,

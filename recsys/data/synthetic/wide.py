@@ -38,7 +38,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -52,8 +52,12 @@ __all__ = ["WideConfig", "WideReader", "WideTruth", "wide_chunks", "wide_plan", 
 LABEL = "click"
 #: rows generated per chunk (the memory of a chunk is about rows x columns x 8 bytes)
 CHUNK_ROWS = 8192
+#: what a planted wide feature holds
+WideKind = Literal["scalar", "id", "vector"]
+#: what it contributes
+WideRole = Literal["signal", "interaction", "copy", "near_copy", "noise"]
 #: roles of the planted truth
-ROLES = ("signal", "interaction", "copy", "near_copy", "noise")
+ROLES: tuple[str, ...] = get_args(WideRole)
 _VECTOR_DIMS = (8, 16, 32, 64)
 
 
@@ -101,8 +105,8 @@ class _Feature:
     """One planted feature (the generator's own description; :class:`WideTruth` is the public one)."""
 
     name: str
-    kind: str  # "scalar", "id" or "vector"
-    role: str
+    kind: WideKind
+    role: WideRole
     strength: float = 0.0
     cardinality: int = 0  # ids
     dim: int = 1  # vectors
@@ -218,7 +222,7 @@ def wide_plan(config: WideConfig) -> WidePlan:
     per = config.logit_std / math.sqrt(n_sig + 1)  # the pair counts as one more signal
     feats: list[_Feature] = []
 
-    def add(kind: str, role: str, **kw: Any) -> _Feature:
+    def add(kind: WideKind, role: WideRole, **kw: Any) -> _Feature:
         f = _Feature(name="", kind=kind, role=role, index=len(feats), **kw)
         feats.append(f)
         return f
