@@ -34,7 +34,7 @@ ui: venv
 	$(VENV)/bin/mlflow ui --backend-store-uri "$(MLFLOW_URI)" --host 127.0.0.1 --port $(UI_PORT)
 
 bench: venv
-	$(VENV)/bin/salience bench throughput
+	$(VENV)/bin/salience bench train_throughput
 	$(VENV)/bin/salience bench quality
 
 # caches and build outputs only (prepared-data caches, the peers' venv, tool caches); runs stay

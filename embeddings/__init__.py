@@ -11,10 +11,11 @@
   the embedding tables, bi-level (weights on training, masks on validation batches).
 """
 
-from embeddings.base import DimensionSearch, get_search, search_names
-from embeddings.baselines import budget_of, mde_dims, mde_plan, uniform_plan
-from embeddings.dnis import DNIS
-from embeddings.ihas import IHAS, IHASGate, IHASRoutedModel, IHASRouter
+from embeddings.dims.base import DimensionSearch, get_search, search_names
+from embeddings.dims.baselines import budget_of, mde_dims, mde_plan, uniform_plan
+from embeddings.dims.dnis import DNIS
+from embeddings.dims.ihas import IHAS, IHASGate, IHASRoutedModel, IHASRouter
+from embeddings.dims.searches import MDEDims, UniformDims
 from embeddings.plan import (
     ALIGNMENT,
     DimensionAlignmentWarning,
@@ -25,7 +26,6 @@ from embeddings.plan import (
     check_budget,
     min_budget,
 )
-from embeddings.searches import MDEDims, UniformDims
 
 __all__ = [
     "align_dim",

@@ -100,7 +100,7 @@ def _select(argv: Sequence[str]) -> int:
 
 def _dims(argv: Sequence[str]) -> int:
     import embeddings  # noqa: F401 - registers the searches
-    from embeddings.cli import dims_main
+    from embeddings.dims.cli import dims_main
 
     return dims_main(argv)
 
@@ -124,7 +124,7 @@ def _gen(argv: Sequence[str]) -> int:
 
 
 def _compress(argv: Sequence[str]) -> int:
-    from embeddings.compress_cli import compress_main
+    from embeddings.compression.cli import compress_main
 
     return compress_main(argv)
 
@@ -136,7 +136,7 @@ def _pipeline(argv: Sequence[str]) -> int:
 
 
 def _wide_data(argv: Sequence[str]) -> int:
-    from recsys.data.wide import wide_data_main
+    from recsys.data.synthetic.wide import wide_data_main
 
     return wide_data_main(argv)
 
@@ -151,7 +151,7 @@ def _bench(argv: Sequence[str]) -> int:
     parser = argparse.ArgumentParser(prog="salience bench", description="Run a committed benchmark.")
     parser.add_argument("name", choices=list(BENCHMARKS))
     args, rest = parser.parse_known_args(argv)
-    module = importlib.import_module(f"experiments.benchmarks.{BENCHMARKS[args.name]}")
+    module = importlib.import_module(f"experiments.benchmarks.{args.name}")
     return int(module.main(rest) or 0)
 
 
@@ -205,10 +205,10 @@ def input_errors() -> tuple[type[BaseException], ...]:
     from recsys.artifacts import ArtifactError
     from recsys.data.raw import DataError
     from recsys.data.schema import SchemaError
-    from recsys.data.shards import ShardError
+    from recsys.data.streaming.shards import ShardError
     from recsys.devices import DeviceError
     from recsys.export.quantize import PrecisionError
-    from recsys.train.distributed import ShardingError
+    from recsys.train.sharded import ShardingError
     from selection.base import WidthRefusal
 
     return (DataError, SchemaError, ShardError, ArtifactError, PrecisionError, DeviceError, ShardingError,

@@ -188,7 +188,7 @@ def run_generative_stage(epochs: int = 3, output: str = "runs/demo", seed: int =
     start = time.perf_counter()
     models = []
     export: dict[str, Any] = {}
-    sasrec = ["--model.arch=sasrec", "--model.model_options={dim: 64, layers: 2, heads: 2}"]
+    sasrec = ["--model.arch={class_path: sasrec, init_args: {dim: 64, layers: 2, heads: 2}}"]
     for arch, extra in (("sid", ["--model.weighting=multi"]), ("sasrec", sasrec)):
         cli = GenerativeCLI(
             args=[

@@ -16,8 +16,8 @@ from generative.base import NextItemModel
 from generative.codebook import RQVAE, Codebook, CodebookBuilder, RQKMeans
 from generative.content import ItemContent
 from generative.data import LeaveOneOut, SequenceData, leave_one_out, load_sequences, synthetic_sequences, tail_items
-from generative.metrics import ranking_metrics
 from generative.model import SIDRecommender
+from generative.ranking_metrics import ranking_metrics
 from generative.sasrec import SASRec
 from generative.serving import export_recommender, load_recommender
 from generative.weighting import TokenWeighting

@@ -89,7 +89,7 @@ class NextItemModel(Registered, nn.Module, ABC):
 
     @classmethod
     def from_catalog(cls, catalog: Catalog, loss: nn.Module | None = None, **options: Any) -> NextItemModel:
-        """The model for ``catalog`` with ``options`` (``model.model_options``); ``loss`` is the
+        """The model for ``catalog`` with ``options`` (``model.arch``'s ``init_args``); ``loss`` is the
         fitted token weighting of a model that :attr:`uses_semantic_ids` (None otherwise)."""
         raise NotImplementedError(f"{cls.__name__} does not implement from_catalog, so GenerativeTask cannot build it")
 

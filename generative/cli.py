@@ -19,7 +19,7 @@ from typing import Any
 
 from lightning.pytorch.cli import LightningArgumentParser
 
-from generative.tracking import GenerativeTracking
+from generative.mlflow_logging import GenerativeTracking
 from generative.train import GenerativeTask, SequenceDataModule
 from recsys.tracking import MlflowTracking
 from recsys.train.cli import TrackedCLI
@@ -168,10 +168,8 @@ def sid_main(argv: Sequence[str]) -> int:
     dm = SequenceDataModule(
         dataset=args.dataset,
         data_dir=args.data_dir,
-        content=args.content,
-        content_options=content_options,
-        codebook=args.method,
-        codebook_options=options,
+        content={"class_path": args.content, "init_args": content_options},
+        codebook={"class_path": args.method, "init_args": options},
         codebook_seed=args.seed,
     )
     book = dm.codebook

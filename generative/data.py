@@ -40,6 +40,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
@@ -50,7 +51,7 @@ from recsys.data.raw import DataError, resolve_data_path
 from recsys.data.readers.lines import read_bytes
 
 __all__ = [
-    "AMAZON_DATASETS", "DATASETS", "LeaveOneOut", "SequenceData", "leave_one_out", "load_sequences",
+    "AMAZON_DATASETS", "DATASETS", "LeaveOneOut", "SequenceData", "SequenceDataset", "leave_one_out", "load_sequences",
     "synthetic_sequences", "tail_items",
 ]  # fmt: skip
 
@@ -62,6 +63,8 @@ AMAZON_DATASETS = {
 }
 #: every name :func:`load_sequences` accepts
 DATASETS = (*AMAZON_DATASETS, "ml-100k", "synthetic")
+#: the names :func:`load_sequences` reads, as a config type (equal to :data:`DATASETS`, tested)
+SequenceDataset = Literal["beauty", "sports", "toys", "ml-100k", "synthetic"]
 AMAZON_FOLDER = "amazon-5core-s3rec"
 ML100K_FOLDER = "ml-100k"
 #: ml-100k genre names (``u.genre`` order), used when ``u.genre`` is absent

@@ -7,6 +7,12 @@ leave-one-out, builds item content vectors and the semantic-ID codebook (or load
 settings, never data-derived sizes. Everything a model needs to be rebuilt (codes, training
 targets, content vectors) is stored in its checkpoint: ``GenerativeTask.load_from_checkpoint``
 works without the data.
+
+The plug-ins are named as the ranking side names its backbone: the item content, the codebook
+builder, the architecture and the token weighting each by a registered name (``content: concat``)
+or by class path and constructor arguments (``codebook: {class_path: rq-kmeans, init_args:
+{levels: 3}}``; any subclass of the base, registered or not, by ``module.Class``); the optimizer
+the LightningCLI way (``optimizer: {class_path: torch.optim.AdamW, init_args: {lr: 0.003}}``).
 """
 
 from __future__ import annotations
@@ -19,14 +25,32 @@ import lightning.pytorch as pl
 import numpy as np
 import torch
 from lightning.pytorch.callbacks import Callback, EarlyStopping, ModelCheckpoint
+from lightning.pytorch.cli import OptimizerCallable
 from torch.utils.data import DataLoader, TensorDataset
 
 from generative.base import Catalog, NextItemModel
+from generative.data import SequenceDataset
+from recsys.config import as_spec, from_spec
+from recsys.registry import Plugin, StrategySpec
 from recsys.trainer_attrs import trainer_datamodule
 
 __all__ = ["Catalog", "GenerativeTask", "SequenceDataModule", "metric_key"]
 
 log = logging.getLogger(__name__)
+
+
+def _register_plugin_type() -> None:
+    """Let jsonargparse read a :class:`~recsys.registry.Plugin` from a config or the command line
+    as one value (a later ``--model.arch={class_path: ...}`` replaces an earlier one whole)."""
+    from jsonargparse.typing import register_type
+
+    try:
+        register_type(Plugin, Plugin.to_config, lambda value: Plugin.parse(value, text=True))
+    except ValueError:  # registered already
+        pass
+
+
+_register_plugin_type()
 
 
 def metric_key(name: str) -> str:
@@ -43,10 +67,11 @@ class SequenceDataModule(pl.LightningDataModule):
         data_dir: data folder (default: ``$SALIENCE_DATA_DIR``).
         max_history: history length (most recent items).
         min_length: users with fewer interactions are dropped (and counted).
-        content: item content vectors (``attributes``, ``collaborative``, ``text``, ...).
-        content_options: keyword arguments of the content builder (e.g. ``{dim: 64}``).
-        codebook: semantic-ID builder (``rq-kmeans`` or ``rq-vae``).
-        codebook_options: its keyword arguments (``levels``, ``codebook_size``, ...).
+        content: the item content vectors: a registered :class:`~generative.content.ItemContent`
+            (``attributes``, ``collaborative``, ``concat``, ``text``) or ``{class_path, init_args}``
+            (e.g. ``{class_path: concat, init_args: {dim: 64}}``).
+        codebook: the semantic-ID builder, a registered :class:`~generative.codebook.CodebookBuilder`
+            (``rq-kmeans``, ``rq-vae``) or ``{class_path, init_args}`` (``levels``, ``codebook_size``, ...).
         codebook_path: load this codebook (written by ``salience sid build``) instead of building one.
         codebook_seed: seed of the codebook builder.
         batch_size: training batch size.
@@ -58,14 +83,12 @@ class SequenceDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        dataset: str = "synthetic",
+        dataset: SequenceDataset = "synthetic",
         data_dir: str | None = None,
         max_history: int = 20,
         min_length: int = 3,
-        content: str = "attributes",
-        content_options: dict[str, Any] | None = None,
-        codebook: str = "rq-kmeans",
-        codebook_options: dict[str, Any] | None = None,
+        content: StrategySpec = "attributes",
+        codebook: StrategySpec = "rq-kmeans",
         codebook_path: str | None = None,
         codebook_seed: int = 0,
         batch_size: int = 256,
@@ -78,10 +101,13 @@ class SequenceDataModule(pl.LightningDataModule):
         self.data_dir = data_dir
         self.max_history = max_history
         self.min_length = min_length
+        from generative.codebook import CodebookBuilder
+        from generative.content import ItemContent
+
+        ItemContent.resolve_spec(content, "data.content")  # a bad name or argument fails before any data is read
+        CodebookBuilder.resolve_spec(codebook, "data.codebook")
         self.content = content
-        self.content_options = dict(content_options or {})
-        self.codebook_name = codebook
-        self.codebook_options = dict(codebook_options or {})
+        self.codebook_spec = codebook
         self.codebook_path = codebook_path
         self.codebook_seed = codebook_seed
         self.batch_size = batch_size
@@ -122,7 +148,7 @@ class SequenceDataModule(pl.LightningDataModule):
         if self._vectors is None:
             from generative.content import ItemContent
 
-            self._vectors = ItemContent.create(self.content, **self.content_options).vectors(self.data, self.split)
+            self._vectors = ItemContent.from_spec(self.content, "data.content").vectors(self.data, self.split)
         return self._vectors
 
     @property
@@ -139,7 +165,7 @@ class SequenceDataModule(pl.LightningDataModule):
                         f"{self.dataset!r} has {self.data.num_items}"
                     )
             else:
-                builder = CodebookBuilder.create(self.codebook_name, **self.codebook_options)
+                builder = CodebookBuilder.from_spec(self.codebook_spec, "data.codebook")
                 book = builder.fit(self.item_vectors, seed=self.codebook_seed)
             self._codebook = book
         return self._codebook
@@ -188,18 +214,19 @@ class GenerativeTask(pl.LightningModule):
     """Trains a next-item model and evaluates Recall/NDCG@k (overall, head and tail items).
 
     Args:
-        arch: the registered :class:`~generative.base.NextItemModel`: ``sid`` (semantic-ID
-            generative model, trie-constrained beam search) or ``sasrec`` (item-ID baseline with
-            a full softmax).
-        weighting: the registered token weighting of a semantic-ID model's loss (``plain``,
-            ``front``, ``frequency``, ``multi``).
-        weighting_options: its keyword arguments (e.g. ``{gain: entropy}``).
-        model_options: keyword arguments of the model class (sizes, dropout).
-        learning_rate: AdamW learning rate.
+        arch: the :class:`~generative.base.NextItemModel`: ``sid`` (semantic-ID generative model,
+            trie-constrained beam search), ``sasrec`` (item-ID baseline with a full softmax), or
+            ``{class_path, init_args}`` with the model's sizes and dropout as ``init_args``
+            (e.g. ``{class_path: sid, init_args: {d_model: 64, heads: 4}}``).
+        weighting: the token weighting of a semantic-ID model's loss: ``plain``, ``front``,
+            ``frequency``, ``multi``, or ``{class_path, init_args}`` (e.g. ``{class_path: front,
+            init_args: {gain: entropy}}``).
+        optimizer: the optimizer, LightningCLI's ``{class_path, init_args}`` (default AdamW,
+            lr 1e-3, weight decay 0.01). Its weight decay applies to matrices only (not norms,
+            biases or the loss's parameters).
         weighting_learning_rate: learning rate of the loss's own parameters (the multi-target
             objective's log-precisions ``s``; no weight decay): Adam moves them about this much
             per step, so they need more than the network's rate to settle within a short run.
-        weight_decay: AdamW weight decay (matrices only; not norms, biases or the loss's parameters).
         warmup_steps: linear warm-up steps, then cosine decay to 0 over the run (``lr_schedule: cosine``).
         lr_schedule: ``cosine`` or ``constant``.
         beam_size: beam width of constrained decoding (semantic-ID models).
@@ -210,13 +237,10 @@ class GenerativeTask(pl.LightningModule):
 
     def __init__(
         self,
-        arch: str = "sid",
-        weighting: str = "plain",
-        weighting_options: dict[str, Any] | None = None,
-        model_options: dict[str, Any] | None = None,
-        learning_rate: float = 1e-3,
+        arch: StrategySpec = "sid",
+        weighting: StrategySpec = "plain",
+        optimizer: OptimizerCallable = torch.optim.AdamW,
         weighting_learning_rate: float = 0.01,
-        weight_decay: float = 0.01,
         warmup_steps: int = 100,
         lr_schedule: Literal["cosine", "constant"] = "cosine",
         beam_size: int = 20,
@@ -225,11 +249,18 @@ class GenerativeTask(pl.LightningModule):
         early_stopping_patience: int = 0,
     ) -> None:
         super().__init__()
-        if arch not in NextItemModel.registered_names():
-            raise ValueError(f"model.arch={arch!r} is not one of {NextItemModel.registered_names()}")
+        from generative.weighting import TokenWeighting
+
+        self.model_class, self.model_options = NextItemModel.resolve_spec(arch, "model.arch", init="__init__")
+        TokenWeighting.resolve_spec(weighting, "model.weighting")
         if eval_k < 10:
             raise ValueError(f"model.eval_k={eval_k} must be at least 10 (metrics are reported at 5 and 10)")
         self.save_hyperparameters()
+        # the plug-ins' config form in the hyperparameters (a checkpoint holds plain containers)
+        self.hparams["arch"] = Plugin.parse(arch).to_config()
+        self.hparams["weighting"] = Plugin.parse(weighting).to_config()
+        self.hparams["optimizer"] = as_spec(optimizer)
+        self.optimizer_factory = from_spec(optimizer, "model.optimizer")
         self.recommender: NextItemModel | None = None
         self.catalog: Catalog | None = None
         self._outputs: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -243,16 +274,16 @@ class GenerativeTask(pl.LightningModule):
         if self.recommender is not None:
             return self.recommender
         hp = self.hparams
-        model_cls = NextItemModel.registered_class(hp["arch"])
+        model_cls = self.model_class
         loss = None
         if model_cls.uses_semantic_ids:
             from generative.weighting import TokenWeighting
 
             if catalog.codes is None or catalog.level_sizes is None:
-                raise ValueError(f"model.arch={hp['arch']!r} needs a codebook; the catalogue has none")
-            loss = TokenWeighting.create(hp["weighting"], **dict(hp["weighting_options"] or {}))
+                raise ValueError(f"model.arch={model_cls.name!r} needs a codebook; the catalogue has none")
+            loss = TokenWeighting.from_spec(hp["weighting"], "model.weighting")
             loss.fit(catalog.codes, catalog.level_sizes, catalog.train_targets, item_vectors=catalog.item_vectors)
-        model = model_cls.from_catalog(catalog, loss=loss, **dict(hp["model_options"] or {}))
+        model = model_cls.from_catalog(catalog, loss=loss, **self.model_options)
         self.catalog = catalog
         self.recommender = model
         return model
@@ -262,7 +293,7 @@ class GenerativeTask(pl.LightningModule):
             dm = trainer_datamodule(self.trainer)
             if dm is None:
                 raise RuntimeError("GenerativeTask needs a SequenceDataModule (or a checkpoint) to build its model")
-            self.build(dm.catalog(with_codes=NextItemModel.registered_class(self.hparams["arch"]).uses_semantic_ids))
+            self.build(dm.catalog(with_codes=self.model_class.uses_semantic_ids))
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         assert self.catalog is not None
@@ -302,7 +333,7 @@ class GenerativeTask(pl.LightningModule):
         self._eval_step(batch)
 
     def _eval_end(self, prefix: str) -> dict[str, float]:
-        from generative.metrics import hit_ranks, ranking_metrics
+        from generative.ranking_metrics import hit_ranks, ranking_metrics
 
         assert self.catalog is not None
         items = torch.cat([o[0] for o in self._outputs]).numpy()
@@ -333,11 +364,11 @@ class GenerativeTask(pl.LightningModule):
             if p.requires_grad:
                 (own if id(p) in loss_ids else no_decay if p.ndim < 2 else decay).append(p)
         groups = [
-            {"params": decay, "weight_decay": hp["weight_decay"]},
+            {"params": decay},  # the optimizer's own weight decay
             {"params": no_decay, "weight_decay": 0.0},
             {"params": own, "weight_decay": 0.0, "lr": hp["weighting_learning_rate"]},
         ]
-        optimizer = torch.optim.AdamW([g for g in groups if g["params"]], lr=hp["learning_rate"])
+        optimizer = self.optimizer_factory([g for g in groups if g["params"]])  # type: ignore[index]
         if hp["lr_schedule"] == "constant":
             return optimizer
         total = max(1, int(self.trainer.estimated_stepping_batches))

@@ -21,7 +21,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from recsys.io import atomic_write_text
 
@@ -38,13 +38,15 @@ __all__ = [
 
 #: suffixes read and written as YAML; ``.json`` is JSON; any other suffix takes the default
 YAML_SUFFIXES = (".yaml", ".yml")
+#: the formats an artifact is written in
+ArtifactFormat = Literal["json", "yaml"]
 
 
 class ArtifactError(ValueError):
     """An artifact file that cannot be read as the kind of artifact asked for."""
 
 
-def artifact_format(path: str | Path, default: str = "json") -> str:
+def artifact_format(path: str | Path, default: ArtifactFormat = "json") -> ArtifactFormat:
     """``"yaml"`` for ``.yaml``/``.yml``, ``"json"`` for ``.json``, else ``default``."""
     suffix = Path(path).suffix.lower()
     if suffix in YAML_SUFFIXES:
@@ -68,7 +70,7 @@ def plain(obj: Any) -> Any:
     return obj
 
 
-def dump_artifact(data: Mapping[str, Any], fmt: str, allow_nan: bool = False, rows_key: str | None = None) -> str:
+def dump_artifact(data: Mapping[str, Any], fmt: ArtifactFormat, allow_nan: bool = False, rows_key: str | None = None) -> str:
     """The text :func:`write_artifact` writes.
 
     JSON is indented by 2 and ends with a newline; YAML is ``yaml.safe_dump`` in key order.
@@ -100,7 +102,7 @@ def dump_artifact(data: Mapping[str, Any], fmt: str, allow_nan: bool = False, ro
 def write_artifact(
     path: str | Path,
     data: Mapping[str, Any],
-    default_format: str = "json",
+    default_format: ArtifactFormat = "json",
     allow_nan: bool = False,
     rows_key: str | None = None,
 ) -> Path:
@@ -119,7 +121,7 @@ def read_artifact(
     path: str | Path,
     what: str,
     error: type[Exception] = ArtifactError,
-    default_format: str = "json",
+    default_format: ArtifactFormat = "json",
     required: Iterable[str] = (),
     any_of: Iterable[str] = (),
     marker: tuple[str, str] | None = None,

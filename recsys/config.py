@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["as_spec", "class_path", "optimizer_lr"]
+__all__ = ["as_spec", "class_path", "from_spec", "optimizer_lr"]
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -57,6 +57,28 @@ def as_spec(value: Any) -> Any:
         attr = getattr(value, p.name)
         init_args[p.name] = attr.value if hasattr(attr, "value") and not isinstance(attr, _PLAIN) else attr
     return {"class_path": class_path(cls), "init_args": init_args}
+
+
+def from_spec(value: Any, key: str) -> Any:
+    """The inverse of :func:`as_spec` for a callable plug-in (an optimizer): a ``{"class_path": ...,
+    "init_args": {...}}`` becomes ``functools.partial(cls, **init_args)``; a callable is returned
+    unchanged. Errors name ``key``.
+
+    >>> from_spec({"class_path": "torch.optim.AdamW", "init_args": {"lr": 0.01}}, "model.optimizer").keywords
+    {'lr': 0.01}
+    """
+    if callable(value):
+        return value
+    if not isinstance(value, Mapping) or "class_path" not in value:
+        raise ValueError(f"{key}: expected a class or {{class_path: ..., init_args: {{...}}}}, got {value!r}")
+    import importlib
+
+    module, _, name = str(value["class_path"]).rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"{key}: cannot import {value['class_path']!r} ({e})") from e
+    return functools.partial(cls, **dict(value.get("init_args") or {}))
 
 
 def optimizer_lr(model_config: Mapping[str, Any], default: float = 1e-3) -> float:

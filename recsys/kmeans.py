@@ -12,7 +12,7 @@ One algorithm, with the switches its callers differ in:
 * ``tol``: also stop when the inertia improves by less than ``tol`` (relative); ``None``: stop
   only when no assignment changes (or after ``iterations``).
 
-Callers: ``embeddings.ihas.kmeans`` (numpy generator, distinct seeding, no reseeding, no
+Callers: ``embeddings.dims.ihas.kmeans`` (numpy generator, distinct seeding, no reseeding, no
 tolerance) and the semantic-ID codebook's residual k-means (torch generator, the defaults).
 """
 

@@ -25,14 +25,68 @@ subclass that sets a class attribute ``name`` is registered in it::
 >>> Greeter.create("bye")
 Traceback (most recent call last):
 ValueError: unknown greeter 'bye'; available: ['hello']
+
+A config names a strategy by its registered name or the LightningCLI way, by class path (any
+subclass, registered or not) with its constructor arguments (:data:`StrategySpec`):
+
+>>> Greeter.from_spec({"class_path": "hello", "init_args": {"who": "config"}}, "greeter").who
+'config'
+>>> Greeter.from_spec({"class_path": "hello", "init_args": {"whom": "x"}}, "model.greeter")
+Traceback (most recent call last):
+ValueError: model.greeter.init_args: unknown argument(s) ['whom'] of Hello; it takes ['who']
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, is_dataclass
-from typing import Any, ClassVar
+import importlib
+import inspect
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, is_dataclass
+from typing import Any, ClassVar, Union
 
-__all__ = ["Registered"]
+__all__ = ["Plugin", "Registered", "StrategySpec"]
+
+
+@dataclass(frozen=True)
+class Plugin:
+    """A strategy as a config names it: ``class_path`` (a registered name or ``module.Class`` of
+    any subclass) and its constructor arguments ``init_args``.
+
+    >>> Plugin.parse({"class_path": "multi", "init_args": {"rate": 0.001}})
+    Plugin(class_path='multi', init_args={'rate': 0.001})
+    >>> Plugin.parse("{class_path: sasrec, init_args: {dim: 32}}", text=True).to_config()
+    {'class_path': 'sasrec', 'init_args': {'dim': 32}}
+    >>> Plugin.parse("sid").to_config()
+    'sid'
+    """
+
+    class_path: str
+    init_args: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: Any, text: bool = False) -> Plugin:
+        """A name, a ``{class_path, init_args}`` mapping or a Plugin; with ``text``, a string may
+        also hold that mapping in YAML (a command-line value). ValueError for anything else."""
+        if isinstance(value, Plugin):
+            return value
+        if isinstance(value, str) and text and value.lstrip().startswith("{"):
+            import yaml
+
+            value = yaml.safe_load(value)
+        if isinstance(value, str) and value:
+            return cls(value)
+        if isinstance(value, Mapping) and "class_path" in value and not set(value) - {"class_path", "init_args"}:
+            return cls(str(value["class_path"]), dict(value.get("init_args") or {}))
+        raise ValueError(f"expected a name or {{class_path: ..., init_args: {{...}}}}, got {value!r}")
+
+    def to_config(self) -> str | dict[str, Any]:
+        """The plain config form (the name alone when there are no arguments)."""
+        return {"class_path": self.class_path, "init_args": dict(self.init_args)} if self.init_args else self.class_path
+
+
+#: What a config or a caller may give for a strategy: a :class:`Plugin`, a registered name or the
+#: plain ``{"class_path": ..., "init_args": {...}}`` mapping (``Union``: jsonargparse reads it at run time)
+StrategySpec = Union[Plugin, str, Mapping[str, Any]]  # noqa: UP007
 
 
 class Registered:
@@ -64,6 +118,46 @@ class Registered:
     def create(cls, name: str, **options: Any) -> Any:
         """Instantiate the class registered as ``name``; unknown names list the known ones."""
         return cls.registered_class(name)(**options)
+
+    @classmethod
+    def resolve_spec(cls, spec: StrategySpec, key: str, init: str = "__init__") -> tuple[type[Any], dict[str, Any]]:
+        """The class and constructor arguments a spec names, checked: the class is a subclass of
+        this base, every argument is a parameter of its ``init`` method (unless it takes
+        ``**kwargs``). Errors name ``key`` (the config key of the spec)."""
+        try:
+            plugin = Plugin.parse(spec)
+        except ValueError:
+            raise ValueError(f"{key}: expected a {cls.kind} name or {{class_path: ..., init_args: {{...}}}}, got {spec!r}") from None
+        path = plugin.class_path
+        if path in cls._registry:
+            klass: Any = cls._registry[path]
+        elif "." in path:
+            module, _, name = path.rpartition(".")
+            try:
+                klass = getattr(importlib.import_module(module), name)
+            except (ImportError, AttributeError) as e:
+                raise ValueError(f"{key}: cannot import {path!r} ({e})") from e
+        else:
+            raise ValueError(f"{key}: unknown {cls.kind} {path!r}; available: {cls.registered_names()} or a class path")
+        if not (isinstance(klass, type) and issubclass(klass, cls)):
+            raise ValueError(f"{key}: {path!r} is not a {cls.kind} (a subclass of {cls.__name__})")
+        args = dict(plugin.init_args)
+        params = inspect.signature(getattr(klass, init)).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            names = [p.name for p in params if p.name not in ("self", "cls") and p.kind is not p.VAR_POSITIONAL]
+            unknown = sorted(set(args) - set(names))
+            if unknown:
+                raise ValueError(f"{key}.init_args: unknown argument(s) {unknown} of {klass.__name__}; it takes {names}")
+        return klass, args
+
+    @classmethod
+    def from_spec(cls, spec: StrategySpec, key: str) -> Any:
+        """Instantiate a spec (:meth:`resolve_spec`); a constructor's own error is raised naming ``key``."""
+        klass, args = cls.resolve_spec(spec, key)
+        try:
+            return klass(**args)
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"{key}: {e}") from e
 
     def describe(self) -> dict[str, Any]:
         """The settings (enum values as plain values): a dataclass's fields, else public attributes."""

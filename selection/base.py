@@ -22,7 +22,7 @@ from recsys.train.recipe import Recipe
 from selection.report import ImportanceReport
 
 if TYPE_CHECKING:
-    from selection.outrank_scoring import OutRankScores
+    from selection.model_free.outrank_scoring import OutRankScores
 
 __all__ = [
     "ImportanceMethod", "WidthRefusal", "RandomRanking", "feature_widths", "get_method", "method_names", "method_report", "screen_leakage",
@@ -65,7 +65,7 @@ def get_method(name: str, **options: Any) -> ImportanceMethod:
 def training_relevance(recipe: Recipe) -> OutRankScores:
     """OutRank's relevance of every feature on ``recipe``'s raw training rows (model-free; no
     pairs): what :func:`screen_leakage` reads, and LeAP's rank-fusion partner."""
-    from selection.outrank_scoring import OutRankConfig, Ranking, score_raw
+    from selection.model_free.outrank_scoring import OutRankConfig, Ranking, score_raw
 
     settings = OutRankConfig(ranking=Ranking.RELEVANCE, progress=False)
     return score_raw(recipe.raw_split("train"), settings, pairs=False)
@@ -84,7 +84,7 @@ def screen_leakage(recipe: Recipe, threshold: float = 0.9, scores: OutRankScores
 
 def screen_memorisable(recipe: Recipe, report: ImportanceReport) -> ImportanceReport:
     """``report`` with the ID-like features that carry no signal beyond chance on the recipe's
-    training rows (:func:`~selection.outrank_scoring.memorisable_features`) ranked after all
+    training rows (:func:`~selection.model_free.outrank_scoring.memorisable_features`) ranked after all
     the others (:func:`with_memorisable_demoted`).
 
     A learned selector scores what its model fitted on the training rows, and a model fits the
@@ -93,7 +93,7 @@ def screen_memorisable(recipe: Recipe, report: ImportanceReport) -> ImportanceRe
     is the learned selectors' shared guard (their ``id_screen`` option); the model-free OutRank
     needs none, its null correction already scores such a field ~0.
     """
-    from selection.outrank_scoring import memorisable_features
+    from selection.model_free.outrank_scoring import memorisable_features
 
     return with_memorisable_demoted(report, memorisable_features(recipe.raw_split("train"), report.ranking))
 

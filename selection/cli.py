@@ -8,8 +8,8 @@
     salience rank --method outrank train.txt
 
 Raw files (``quality FILE...``, ``rank --method outrank FILE...``) are read in chunks of
-``--chunk-rows`` rows with bounded memory (:mod:`selection.quality_stream`,
-:mod:`selection.outrank_stream`); ``--in-memory`` reads them whole as before. A ``--config``
+``--chunk-rows`` rows with bounded memory (:mod:`selection.model_free.data_quality_stream`,
+:mod:`selection.model_free.outrank_stream`); ``--in-memory`` reads them whole as before. A ``--config``
 reads its training split in memory.
 
 Arguments after ``--`` are passed to every ``salience fit`` the command runs
@@ -90,8 +90,8 @@ def _refuse_unknown(parser: argparse.ArgumentParser, extra: Sequence[str]) -> No
 
 def _sources(args: argparse.Namespace) -> list[tuple[str, Any, dict[str, Any]]]:
     """``(path, chunk source, notes)`` per data file of ``args``."""
-    from selection.outrank_stream import row_sample
-    from selection.rawfiles import raw_chunk_source
+    from selection.model_free.outrank_stream import row_sample
+    from selection.model_free.rawfiles import raw_chunk_source
 
     if args.chunk_rows is not None and args.chunk_rows < 1:
         raise SystemExit(f"--chunk-rows must be >= 1, got {args.chunk_rows}")
@@ -164,9 +164,9 @@ def rank_main(argv: Sequence[str]) -> int:
 def _rank_files(args: argparse.Namespace) -> int:
     """``salience rank --method outrank FILE...``: each file ranked in chunks (no MLflow run)."""
     from selection.base import get_method
-    from selection.outrank import OutRank
-    from selection.outrank_stream import rank_stream
-    from selection.rawfiles import read_raw_file
+    from selection.model_free.outrank import OutRank
+    from selection.model_free.outrank_stream import rank_stream
+    from selection.model_free.rawfiles import read_raw_file
 
     if args.method != "outrank":
         raise SystemExit(f"--method {args.method}: only outrank ranks raw data files; other methods train, give --config")
@@ -338,21 +338,21 @@ def quality_main(argv: Sequence[str]) -> int:
     if not args.config:
         _refuse_unknown(parser, overrides)
 
-    from selection.quality import data_quality
+    from selection.model_free.data_quality import data_quality
 
     if args.config:
         from recsys.train.recipe import Recipe
 
         reports = [data_quality(Recipe(args.config, overrides, quiet=True).raw_split("train"))]
     elif args.in_memory:
-        from selection.rawfiles import read_raw_files
+        from selection.model_free.rawfiles import read_raw_files
 
         if args.sample is not None or args.sample_rows is not None or args.sketch or args.sketch_threshold:
             raise SystemExit("--sample/--sample-rows/--sketch need the streaming reader; drop --in-memory")
         reports = [data_quality(r) for r in read_raw_files(args.data, fmt=args.format, label=args.label, schema=args.schema,
                                                            skip_bad_rows=args.skip_bad_rows)]
     else:
-        from selection.quality_stream import data_quality_stream
+        from selection.model_free.data_quality_stream import data_quality_stream
 
         reports = [
             data_quality_stream(source, sketch=args.sketch, sketch_threshold=args.sketch_threshold,

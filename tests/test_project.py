@@ -306,13 +306,14 @@ def test_committed_results_hold_no_machine_paths() -> None:
 
 
 def test_every_benchmark_is_in_the_one_table_of_names() -> None:
-    """``salience bench NAME`` runs the module :data:`experiments.benchmarks.BENCHMARKS` maps NAME to,
-    and every benchmark module (not ``_shared`` ones) is there, with ``main(argv)``."""
+    """``salience bench NAME`` runs the module NAME of :data:`experiments.benchmarks.BENCHMARKS` (a
+    benchmark's name is its module's), and every benchmark module (not ``_shared`` ones) is there,
+    with ``main(argv)``."""
     from experiments.benchmarks import BENCHMARKS
 
     folder = ROOT / "experiments" / "benchmarks"
-    assert set(BENCHMARKS.values()) == {p.stem for p in folder.glob("[!_]*.py")}
-    for module in BENCHMARKS.values():
+    assert set(BENCHMARKS) == {p.stem for p in folder.glob("[!_]*.py")} and len(set(BENCHMARKS)) == len(BENCHMARKS)
+    for module in BENCHMARKS:
         tree = ast.parse((folder / f"{module}.py").read_text())
         assert any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body), module
 
@@ -390,6 +391,26 @@ def test_config_literals_hold_their_enums_values() -> None:
     assert choices(hints["fused_optimizer"]) == {o.value for o in FusedOptimizer}
     assert choices(TableOptimizer) == {o.value for o in FusedOptimizer}
     assert choices(typing.get_type_hints(SplitConfig)["mode"]) == {m.value for m in SplitMode}
+    from generative.data import DATASETS, SequenceDataset
+    from recsys.models.rows import RowMapping, RowScheme
+
+    assert choices(typing.get_type_hints(RowScheme)["scheme"]) == {m.value for m in RowMapping}
+    assert choices(SequenceDataset) == set(DATASETS)
+
+
+def test_closed_choices_given_as_text_become_their_enum() -> None:
+    """A strategy's closed choice given as its value (a CLI ``--option``) is held as the Enum."""
+    from embeddings import IHAS
+    from embeddings.compression.layouts import row_schemes
+    from embeddings.dims.ihas import GateSampling
+    from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+
+    assert IHAS(sampling="relaxed").sampling is GateSampling.RELAXED
+    assert IHAS(sampling="relaxed").describe()["sampling"] == "relaxed"
+    schema = Schema([FeatureSpec("a", FeatureKind.CATEGORICAL, num_embeddings=100)])
+    assert row_schemes(schema, "hash", min_ids=10) == {"a": {"scheme": "hash", "rows": 20}}
+    with pytest.raises(ValueError, match="row scheme must be 'qr' or 'hash', got 'pq'"):
+        row_schemes(schema, "pq")
 
 
 def _modules_with_examples() -> list[str]:
@@ -413,4 +434,23 @@ def test_docstring_examples_run(module: str) -> None:
 
 
 def test_the_core_entry_points_have_examples() -> None:
-    assert {"recsys.stats", "recsys.io", "recsys.registry", "recsys.metrics", "generative.metrics"} <= set(_modules_with_examples())
+    assert {"recsys.stats", "recsys.io", "recsys.registry", "recsys.metrics", "generative.ranking_metrics"} <= set(_modules_with_examples())
+
+
+def test_readme_layout_lists_every_package() -> None:
+    """The README's layout block names every package and sub-package (a folder with ``__init__.py``)
+    under its parent, indented two spaces per level, and nothing that is not one."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    listed, parents = set(), []
+    for line in block.splitlines():
+        name = line.strip().split(" ", 1)[0]
+        if not name.endswith("/"):
+            continue
+        depth = (len(line) - len(line.lstrip(" "))) // 2
+        parents = parents[:depth] + [name.rstrip("/")]
+        listed.add("/".join(parents))
+    packages = {str(p.parent.relative_to(ROOT)) for top in ("recsys", "selection", "embeddings", "generative", "experiments")
+                for p in (ROOT / top).rglob("__init__.py")}
+    assert packages <= listed, f"packages missing from the README's layout: {sorted(packages - listed)}"
+    assert listed - packages <= {"tests", "notebooks"}, f"not packages: {sorted(listed - packages - {'tests', 'notebooks'})}"

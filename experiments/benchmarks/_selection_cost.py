@@ -27,7 +27,7 @@ def run_cost(config: Path, workdir: Path, quick: bool, quick_limits: list[str]) 
     fields, one process."""
     from recsys.train.recipe import Recipe
     from selection import LeAP, OutRank, PermutationImportance
-    from selection.outrank import Ranking, rank_raw
+    from selection.model_free.outrank import Ranking, rank_raw
 
     epochs = 1 if quick else 3
     overrides = [f"--trainer.max_epochs={epochs}", "--model.early_stopping_patience=0", f"--data.cache_dir={workdir / 'cache'}"]

@@ -158,7 +158,7 @@ def render(result: dict[str, Any]) -> dict[str, Any]:
         f"Command: `{result.get('command', '')}`  ",
         *(f"Part {part}: " + "; ".join(f"`{c}`" for c in cmds) + "  " for part, cmds in result.get("commands", {}).items()),
         f"Date: {result.get('date', '')}; hardware: {hardware_text(result['hardware']) if 'hardware' in result else ''}; "
-        f"rows: {result.get('rows')} (the wide generator, `recsys.data.wide`)." + (" QUICK RUN: not a result." if result.get("quick") else ""),
+        f"rows: {result.get('rows')} (the wide generator, `recsys.data.synthetic.wide`)." + (" QUICK RUN: not a result." if result.get("quick") else ""),
         "",
         "## Targets",
         "",

@@ -22,7 +22,7 @@ def fitted_schema(features: int) -> Any:
     """The wide layout's schema with table sizes (values + the OOV row), no data needed."""
     from dataclasses import replace
 
-    from recsys.data.wide import WideConfig, wide_plan
+    from recsys.data.synthetic.wide import WideConfig, wide_plan
 
     plan = wide_plan(WideConfig(n_features=features, n_rows=1000, seed=0))
     cards = {f.name: f.cardinality for f in plan.features}
@@ -199,7 +199,7 @@ def pipeline_run(root: Path, data: Path, model_config: dict[str, Any], timeout: 
     planted pair."""
     import yaml
 
-    from recsys.data.wide import WideTruth
+    from recsys.data.synthetic.wide import WideTruth
     from recsys.io import atomic_write_text
 
     folder = root / "pipeline"

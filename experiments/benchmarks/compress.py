@@ -16,12 +16,12 @@ The technique a user would pick is chosen on validation (the fewest bytes within
 ``experiments/results/compress.{json,md,png}``.
 
 The ``budget`` technique is the combined search of ``salience compress --budget`` without a
-checkpoint (:func:`embeddings.layouts.choose_layout`): the per-table precision search on
+checkpoint (:func:`embeddings.compression.layouts.choose_layout`): the per-table precision search on
 validation AUC on every trained layout under ``--budget`` x the uniform-16 fp32 bytes, the
 layout keeping the most validation AUC chosen. Its layouts are the four above plus those
-:func:`embeddings.layouts.layouts_for_budget` sizes for the budget (the widest uniform dim and
+:func:`embeddings.compression.layouts.layouts_for_budget` sizes for the budget (the widest uniform dim and
 the mixed-dimension MDE dims that fit at int8 and at int4, and the dims and row schemes that
-follow OutRank's ranking of the training split, :func:`embeddings.layouts.importance_layout`;
+follow OutRank's ranking of the training split, :func:`embeddings.compression.layouts.importance_layout`;
 one retraining each).
 """
 
@@ -37,8 +37,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from embeddings.compress import uniform_bytes
-from embeddings.layouts import MIN_IDS, Layout, layouts_for_budget, row_schemes
+from embeddings.compression.layouts import MIN_IDS, Layout, layouts_for_budget, row_schemes
+from embeddings.compression.precision import uniform_bytes
 from experiments.benchmarks._common import hardware_text, isolated_workdir, result_header
 from recsys.stats import Interval
 
@@ -164,17 +164,17 @@ def measure_seed(config: str, seed: int, quick: bool, work: Path, overrides: tup
 
 def _importance_ranking(recipe: Any) -> list[str]:
     """OutRank's ranking of the training split (model-free; the ``importance`` layouts follow it)."""
-    from selection.outrank import OutRank
+    from selection.model_free.outrank import OutRank
 
     report = OutRank().rank(recipe)
     return [f.feature for f in report.features] + sorted(report.excluded)
 
 
 def _budget_search(models: dict[str, Any], budget: int, fraction: float, val: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """The byte-budget search of ``salience compress`` (:func:`embeddings.layouts.choose_layout`)
+    """The byte-budget search of ``salience compress`` (:func:`embeddings.compression.layouts.choose_layout`)
     on every trained layout: the one whose plan keeps the most validation AUC wins (layouts the
     budget cannot fit are skipped)."""
-    from embeddings.layouts import choose_layout
+    from embeddings.compression.layouts import choose_layout
 
     choice = choose_layout(models, budget, val)
     record = {"fraction_of_uniform16": fraction, "budget_bytes": budget, "chosen_layout": choice.chosen,
@@ -380,7 +380,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "(runs that kept no per-row scores: the t interval over seeds). Latency is the exported TorchScript model's call, every technique timed side "
         "by side on the same rows. The budget search also trains the widest uniform dim, the mixed-dimension "
         "(MDE) dims and the importance layout (dims that follow OutRank's ranking of the training split, its "
-        "lower half on quotient-remainder rows) that fit the budget at int8 and at int4 (`embeddings.layouts`), "
+        "lower half on quotient-remainder rows) that fit the budget at int8 and at int4 (`embeddings.compression.layouts`), "
         "and chooses among all layouts on validation AUC.",
         "",
         *_budget_note(result),

@@ -36,9 +36,12 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from generative.data import SequenceDataset
 
 from experiments.benchmarks._common import (
     BETTER,
@@ -56,21 +59,23 @@ PATIENCE = 3
 BATCH_SIZE = 256
 BUDGET_MINUTES = 45
 VAL_USERS = 2000
-#: arm -> GenerativeTask arguments
-ARMS: dict[str, dict[str, Any]] = {
-    "sasrec": {"arch": "sasrec", "model_options": {"dim": 64, "layers": 2, "heads": 2, "dropout": 0.2}},
-    "sid-plain": {"arch": "sid", "weighting": "plain"},
-    "sid-front": {"arch": "sid", "weighting": "front", "weighting_options": {"gain": "entropy"}},
-    "sid-frequency": {"arch": "sid", "weighting": "frequency"},
-    "sid-multi": {"arch": "sid", "weighting": "multi", "weighting_options": {"front_gain": "entropy"}},
-}
-#: every arm: AdamW, linear warm-up then cosine decay over the run
-COMMON: dict[str, Any] = {"learning_rate": 2e-3, "weight_decay": 0.01, "warmup_steps": 100}
 #: the generative model's size for the CPU budget (one position per history item, see SIDTransformer)
 SID_MODEL: dict[str, Any] = {
     "d_model": 64, "heads": 4, "encoder_layers": 2, "decoder_layers": 1, "ff_dim": 256, "dropout": 0.1,
     "history_tokens": "item",
 }
+SID: dict[str, Any] = {"arch": {"class_path": "sid", "init_args": SID_MODEL}, "beam_size": 20}
+#: arm -> GenerativeTask arguments
+ARMS: dict[str, dict[str, Any]] = {
+    "sasrec": {"arch": {"class_path": "sasrec", "init_args": {"dim": 64, "layers": 2, "heads": 2, "dropout": 0.2}}},
+    "sid-plain": {**SID, "weighting": "plain"},
+    "sid-front": {**SID, "weighting": {"class_path": "front", "init_args": {"gain": "entropy"}}},
+    "sid-frequency": {**SID, "weighting": "frequency"},
+    "sid-multi": {**SID, "weighting": {"class_path": "multi", "init_args": {"front_gain": "entropy"}}},
+}
+#: every arm: AdamW, linear warm-up then cosine decay over the run
+COMMON: dict[str, Any] = {"optimizer": {"class_path": "torch.optim.AdamW", "init_args": {"lr": 2e-3, "weight_decay": 0.01}},
+                          "warmup_steps": 100}
 #: published numbers to print next to ours (test split, leave-one-out)
 ANCHORS = {
     "beauty": {
@@ -98,10 +103,9 @@ def _data(dataset: str, quick: bool) -> Any:
     from generative.train import SequenceDataModule
 
     return SequenceDataModule(
-        dataset=dataset,
+        dataset=cast("SequenceDataset", dataset),  # one of generative.data.DATASETS (--datasets is checked)
         content="concat",
-        codebook="rq-kmeans",
-        codebook_options={"levels": 3, "codebook_size": 32 if quick else 256},
+        codebook={"class_path": "rq-kmeans", "init_args": {"levels": 3, "codebook_size": 32 if quick else 256}},
         batch_size=BATCH_SIZE,
         eval_batch_size=512,
         val_users=None if quick else VAL_USERS,
@@ -120,13 +124,11 @@ def run_arm(
     (``quick``: a few batches only, :data:`QUICK_TRAIN_BATCHES` and :data:`QUICK_EVAL_BATCHES`)."""
     import lightning.pytorch as pl
 
-    from generative.tracking import GenerativeTracking
+    from generative.mlflow_logging import GenerativeTracking
     from generative.train import GenerativeTask
 
     pl.seed_everything(seed, workers=True, verbose=False)
     options = {**COMMON, **ARMS[arm]}
-    if options["arch"] == "sid":
-        options.update(model_options=SID_MODEL, beam_size=20)
     dm.shuffle_seed = seed
     task = GenerativeTask(**options, early_stopping_patience=patience)
     tracking = GenerativeTracking(run_name=f"{arm}-{dm.dataset_name}-seed{seed}")
@@ -182,7 +184,7 @@ def paired_by_user(points: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """``arm - reference`` on the same test users for every pair of :data:`PAIRS` present: per
     seed a paired t interval over users (:func:`recsys.stats.paired_mean_difference`), then the
     seeds combined (:func:`recsys.stats.over_seeds`: their spread plus the users' variance)."""
-    from generative.metrics import per_row_metrics
+    from generative.ranking_metrics import per_row_metrics
     from recsys.stats import over_seeds, paired_mean_difference
 
     by = {(p["arm"], p["seed"]): p["_per_user"] for p in points if "_per_user" in p}
@@ -250,7 +252,7 @@ def run_dataset(
 
 def _sasrec_interval(points: list[dict[str, Any]]) -> dict[str, Any]:
     """SASRec's test Recall@10 with its 95% interval (users' variance per seed, seeds combined)."""
-    from generative.metrics import per_row_metrics
+    from generative.ranking_metrics import per_row_metrics
     from recsys.stats import mean_interval, over_seeds
 
     per_seed = [mean_interval(per_row_metrics(p["_per_user"]["ranks"], 10)["recall@10"])
@@ -555,6 +557,11 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"--arms: unknown {unknown}; available: {list(ARMS)}")
     datasets = ["synthetic"] if args.quick else [d for d in args.datasets.split(",") if d]
+    from generative.data import DATASETS
+
+    unknown = [d for d in datasets if d not in DATASETS]
+    if unknown:
+        parser.error(f"--datasets: unknown {unknown}; available: {', '.join(DATASETS)}")
     seeds = [0] if args.quick else list(range(args.seeds))
     epochs = 1 if args.quick else args.epochs
     patience = 0 if args.quick else args.patience

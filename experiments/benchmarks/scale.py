@@ -353,11 +353,11 @@ _STEP_FUNCS = {"prepare": _step_prepare, "quality": _step_quality, "outrank": _s
 
 #: modules each step imports, loaded before its clock starts (import time is not the step's cost)
 _IMPORTS: dict[str, tuple[str, ...]] = {
-    "prepare": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.prepare_stream"),
-    "quality": ("selection.cli", "selection.quality", "selection.quality_stream", "selection.outrank_stream"),
-    "outrank": ("selection.cli", "selection", "selection.outrank_stream"),
-    "train": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.prepare_stream"),
-    "loader": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.prepare_stream"),
+    "prepare": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.streaming.prepare"),
+    "quality": ("selection.cli", "selection.model_free.data_quality", "selection.model_free.data_quality_stream", "selection.model_free.outrank_stream"),
+    "outrank": ("selection.cli", "selection", "selection.model_free.outrank_stream"),
+    "train": ("recsys.train.recipe", "recsys.train.cli", "recsys.train.datamodule", "recsys.data.streaming.prepare"),
+    "loader": ("recsys.train.recipe", "recsys.train.datamodule", "recsys.data.streaming.prepare"),
     "pipeline": ("experiments.pipeline.cli", "experiments.pipeline.runner", "recsys.train.recipe"),
     "engine": ("recsys.data.readers", "pyarrow.csv", "pyarrow.dataset"),
 }

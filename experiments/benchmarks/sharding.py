@@ -22,7 +22,7 @@ Arms:
 
 * ``single``: one process, no DMP: the fused kernel as in normal training, whole batches;
   timed with 1 torch thread and with 2 threads (interleaved per repeat, same process);
-* ``table_wise``: 2 gloo processes, ``recsys.train.distributed.shard_model`` with
+* ``table_wise``: 2 gloo processes, ``recsys.train.sharded.shard_model`` with
   ``ShardingConfig(sharding="table_wise")`` (TorchRec's planner places whole tables);
 * ``row_wise``: 2 gloo processes, ``ShardingConfig(sharding="row_wise")`` (every table's rows
   split in two contiguous blocks; the hand-written plan, TorchRec's planner does not offer
@@ -212,7 +212,7 @@ def _local_bytes(value: Any) -> tuple[int, int]:
 
 def embedding_memory(model: torch.nn.Module) -> dict[str, Any]:
     """Bytes of the embedding weights and of the fused optimizer state this process holds."""
-    from recsys.train.distributed import EBC_PATH, is_sharded, unwrap
+    from recsys.train.sharded import EBC_PATH, is_sharded, unwrap
 
     if is_sharded(model):
         prefix = EBC_PATH + ".embedding_bags."
@@ -297,7 +297,7 @@ def _barrier(distributed: bool) -> None:
 def train_arm(arm: str, rank: int, world: int, cfg: ShardingBenchConfig) -> dict[str, Any]:
     """Build, (shard,) train and measure one arm in this process; collectives when ``world > 1``."""
     from recsys.models.base import FusedOptimizer
-    from recsys.train.distributed import ShardingConfig, replica_optimizer, shard_model, unwrap
+    from recsys.train.sharded import ShardingConfig, replica_optimizer, shard_model, unwrap
 
     distributed = world > 1
     rss_start = _rss_now()

@@ -5,7 +5,7 @@
     python -m experiments.benchmarks.wide --merge --parts curves          # redo a part, keep the rest
     python -m experiments.benchmarks.wide --quick                         # smoke run (not a result)
 
-The data is the wide generator's (:mod:`recsys.data.wide`): sparse statistical scalars at 0.0 in
+The data is the wide generator's (:mod:`recsys.data.synthetic.wide`): sparse statistical scalars at 0.0 in
 90-99.5% of rows, ids of 2 to 100k values, embedding vectors of width 8-64, a planted signal set
 (ids, common and rare scalars, vectors), a pair that matters only jointly, exact and near copies,
 noise; F = 100, 1,000 and 5,000 features at a fixed ``--rows`` (50,000: at F = 5,000 one fit of
@@ -41,6 +41,7 @@ import resource
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -74,7 +75,7 @@ LEAP_ABLATIONS = ("none", "sum", "relevance_heldout", "heldout")
 # -- data and recipe -----------------------------------------------------------------------------
 def data_file(root: Path, features: int, rows: int, fmt: str = "parquet") -> Path:
     """The wide dataset of ``features`` x ``rows`` under ``root`` (written once, reused)."""
-    from recsys.data.wide import WideConfig, write_wide
+    from recsys.data.synthetic.wide import WideConfig, write_wide
 
     path = root / f"wide{features}x{rows}.{fmt}"
     if not path.exists() or not path.with_name(f"{path.name.split('.')[0]}.truth.json").exists():
@@ -147,7 +148,7 @@ def planted_metrics(ranking: list[str], truth: Any) -> dict[str, Any]:
 
 # -- the worker: one ranking (or one plain fit) in a process of its own --------------------------
 def _worker(args: argparse.Namespace) -> int:
-    from recsys.data.wide import WideTruth
+    from recsys.data.synthetic.wide import WideTruth
     from recsys.train.recipe import Recipe
     from selection.base import WidthRefusal
 
@@ -312,11 +313,11 @@ def part_throughput(widths: list[int], steps: int, repeats: int, batch: int) -> 
 
 
 def part_curves(root: Path, rank: dict[str, Any], rows: int, ks: str, seeds: int, epochs: int, quick: bool,
-                timeout: int) -> dict[str, Any]:
+                timeout: int, methods: Sequence[str] = CURVE_METHODS) -> dict[str, Any]:
     width = 1000 if not quick else min(int(f) for f in rank)
     data = data_file(root, width, rows)
     out: dict[str, Any] = {"features": width, "ks": ks, "methods": {}}
-    for m in CURVE_METHODS:
+    for m in methods:
         runs = []
         for seed in range(seeds):
             ranked = run_worker(root, data, m, seed=seed, epochs=epochs, quick=quick, timeout=timeout)
@@ -346,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=50_000)
     parser.add_argument("--io-rows", type=int, default=200_000, help="rows of OutRank's full-vs-relevance timing")
     parser.add_argument("--methods", default=None, help="selectors of the rank part (default: every registered one)")
+    parser.add_argument("--curve-methods", default=",".join(CURVE_METHODS),
+                        help=f"selectors of the curves part (default: {','.join(CURVE_METHODS)})")
     parser.add_argument("--epochs", type=int, default=4)
     parser.add_argument("--seeds", type=int, default=2, help="ranking seeds of the curves")
     parser.add_argument("--ks", default="10,25,50,100,200,400", help="kept-feature counts of the curves")
@@ -405,8 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" in parts:
         result["throughput"] = part_throughput(widths, 3 if args.quick else 8, 1 if args.quick else 5, 512)
     if "curves" in parts:
+        curve_methods = [m.strip() for m in args.curve_methods.split(",") if m.strip()]
+        unknown = sorted(set(curve_methods) - set(CURVE_METHODS))
+        if unknown:
+            parser.error(f"--curve-methods: {unknown} have no curve worker; available: {','.join(CURVE_METHODS)}")
         result["curves"] = part_curves(root, result.get("rank", {str(widths[0]): {}}), rows, args.ks, args.seeds,
-                                       args.epochs, args.quick, args.timeout)
+                                       args.epochs, args.quick, args.timeout, curve_methods)
     if "pipeline" in parts:
         result["pipeline"] = part_pipeline(root, rows, args.epochs, args.quick, args.timeout)
     _rank_from_curves(result)

@@ -36,7 +36,7 @@ resumes by re-running the same command and several worker processes share one st
   so processes sharing a study do not repeat each other's draws.
 * **Output** (``runs/tune/<study>/``): ``best_config.yaml`` (the config with the best
   hyperparameters applied, ready for ``salience fit``), ``trials.csv``, ``summary.json``.
-* **MLflow**: one parent run per study (:class:`~experiments.hpo.tracking.StudyTracker`);
+* **MLflow**: one parent run per study (:class:`~experiments.hpo.study_tracking.StudyTracker`);
   every trial's fit is a nested child run whose id is the trial's ``mlflow_run_id``.
 """
 
@@ -79,7 +79,7 @@ from experiments.hpo.workers import run_worker, spawn_workers
 if TYPE_CHECKING:
     from optuna.trial import FrozenTrial
 
-    from experiments.hpo.tracking import StudyTracker
+    from experiments.hpo.study_tracking import StudyTracker
 
 __all__ = [
     "DEFAULT_STORAGE",
@@ -278,7 +278,7 @@ def _open_study(
 
 def _study_tracker(name: str, storage_url: str, experiment: str, parent_run_id: str | None) -> StudyTracker:
     """The study's MLflow parent run (nested under ``parent_run_id`` when given)."""
-    from experiments.hpo.tracking import StudyTracker
+    from experiments.hpo.study_tracking import StudyTracker
 
     return StudyTracker(name, storage=storage_url, experiment=experiment, parent_run_id=parent_run_id)
 

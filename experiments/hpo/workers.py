@@ -47,7 +47,7 @@ def run_worker(
         log_trial(settings.n_trials),
     ]
     if settings.tracking:
-        from experiments.hpo.tracking import StudyTracker
+        from experiments.hpo.study_tracking import StudyTracker
 
         callbacks.insert(
             0, StudyTracker(settings.study_name, storage=settings.storage, experiment=settings.experiment)

@@ -175,7 +175,7 @@ class CompressConfig:
         if self.eval_rows < 1:
             raise PipelineConfigError(f"compress.eval_rows: must be >= 1, got {self.eval_rows}")
         if self.budget is not None:
-            from embeddings.compress import parse_budget
+            from embeddings.compression.precision import parse_budget
 
             try:
                 parse_budget(str(self.budget), 1)

@@ -356,8 +356,8 @@ def _fit_and_measure(ctx: StageContext, config: Any, name: str) -> dict[str, Any
 def _compress(ctx: StageContext, fit: Any, latency_rows: EncodedData) -> dict[str, Any]:
     """The final model's per-table embedding precision, searched on validation rows within
     ``compress.auc_tolerance``, its frontier (uniform precisions and the plan; each model's test
-    split read once) and its export (:func:`embeddings.compress.compress_and_export`)."""
-    from embeddings.compress import compress_and_export, parse_budget, plot_frontier, uniform_bytes
+    split read once) and its export (:func:`embeddings.compression.precision.compress_and_export`)."""
+    from embeddings.compression.precision import compress_and_export, parse_budget, plot_frontier, uniform_bytes
     from recsys.export import to_plain_kernel
     from recsys.models.base import SparseArch
 
@@ -513,7 +513,7 @@ def paired_auc(scores_a: Path, scores_b: Path) -> Interval | None:
 
 # -- 9. the report ----------------------------------------------------------------------------------
 def run_report(ctx: StageContext) -> dict[str, Any]:
-    from experiments.pipeline.report import write_report
+    from experiments.pipeline.html_report import write_report
 
     path = write_report(ctx.folder.parent)
     ctx.tracker.log_artifact(path, ctx.name)

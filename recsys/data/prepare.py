@@ -1,5 +1,5 @@
 """Raw data -> encoded train/val/test splits, cached on disk (in memory; for data larger than
-memory see :mod:`recsys.data.prepare_stream`).
+memory see :mod:`recsys.data.streaming.prepare`).
 
 The one place that turns a :class:`~recsys.data.readers.base.Reader` into model-ready arrays:
 read, select features, split (seeded random, predefined files or time-ordered; see
@@ -37,7 +37,7 @@ from recsys.data.splits import (
 from recsys.io import atomic_write_json
 
 __all__ = [
-    "PreparedData", "SplitConfig", "SplitMode", "SplitName", "apply_options", "check_split", "prepare_data",
+    "PrepareConfig", "PreparedData", "SplitConfig", "SplitMode", "SplitName", "apply_options", "check_split", "prepare_data",
     "raw_split", "split_indices", "split_readers",
 ]
 
@@ -117,36 +117,74 @@ def apply_options(
     return RawData(frame, schema, raw.report)
 
 
-def prepare_data(
-    reader: Reader,
-    split: SplitConfig | None = None,
-    features: list[str] | None = None,
-    drop_features: list[str] | None = None,
-    embedding_dim: int | None = None,
-    cache_dir: str | Path | None = None,
-) -> PreparedData:
-    """Read, split, fit encoders on train only, encode all splits; cache when ``cache_dir`` is set.
+@dataclass(frozen=True)
+class PrepareConfig:
+    """How a reader's rows become encoded splits: one configuration for the in-memory
+    (:func:`prepare_data`), the streamed (:func:`~recsys.data.streaming.prepare.prepare_shards`)
+    and the Dask (:func:`~recsys.data.streaming.dask_cluster.prepare_shards_distributed`) preparation.
 
     Args:
-        reader: the dataset reader.
         split: how rows are split (seeded random, predefined files or time-ordered; see
-            :mod:`recsys.data.splits`).
+            :mod:`recsys.data.splits`; None: the default seeded 8:1:1 split).
         features: keep only these features (error lists the available columns otherwise).
         drop_features: drop these features.
         embedding_dim: override every sparse feature's embedding dim.
-        cache_dir: folder for the encoded-data cache (None disables caching).
+        cache_dir: folder of the cache (in memory: None disables caching; streamed: required).
+        rows_per_shard: streamed only: rows per shard file (None: sized by bytes,
+            :func:`~recsys.data.streaming.chunking.shard_rows`).
+        chunk_rows: streamed only: rows read and encoded at a time (memory; the result does not
+            depend on it; None: sized by bytes by the reader,
+            :meth:`~recsys.data.readers.base.Reader.default_chunk_rows`).
+        checksum: streamed only: check every cached shard's SHA-256 before trusting the cache
+            (else size only).
+        progress: streamed only: show rows, rows/s and ETA of each pass (a bar on a terminal,
+            log lines otherwise).
+
+    >>> PrepareConfig(SplitConfig(seed=7), drop_features=["C3"]).columns
+    (None, ['C3'], None)
+    """
+
+    split: SplitConfig | None = None
+    features: list[str] | None = None
+    drop_features: list[str] | None = None
+    embedding_dim: int | None = None
+    cache_dir: str | Path | None = None
+    rows_per_shard: int | None = None
+    chunk_rows: int | None = None
+    checksum: bool = False
+    progress: bool = True
+
+    @property
+    def splitting(self) -> SplitConfig:
+        """``split``, or the default split when none is set."""
+        return self.split or SplitConfig()
+
+    @property
+    def columns(self) -> tuple[list[str] | None, list[str] | None, int | None]:
+        """``(features, drop_features, embedding_dim)``: the view :func:`apply_options` takes."""
+        return self.features, self.drop_features, self.embedding_dim
+
+
+def prepare_data(reader: Reader, config: PrepareConfig | None = None) -> PreparedData:
+    """Read, split, fit encoders on train only, encode all splits; cache when ``config.cache_dir`` is set.
+
+    Args:
+        reader: the dataset reader.
+        config: split, columns and cache (:class:`PrepareConfig`; its streamed-only fields are
+            not used here).
 
     Returns:
         PreparedData with ``splits["train"|"val"|"test"]``.
     """
-    split = split or SplitConfig()
+    config = config or PrepareConfig()
+    split, (features, drop_features, embedding_dim) = config.splitting, config.columns
     key_blob = json.dumps(
         [reader.fingerprint() if split.kind is not SplitMode.FILES else _files_fingerprint(reader, split),
          split.to_dict(), features, drop_features, embedding_dim],
         sort_keys=True, default=str,
     )
     key = hashlib.sha256(key_blob.encode()).hexdigest()[:16]
-    folder = Path(cache_dir) / f"{reader.name}-{key}" if cache_dir is not None else None
+    folder = Path(config.cache_dir) / f"{reader.name}-{key}" if config.cache_dir is not None else None
     if folder is not None and (folder / "summary.json").exists():
         try:
             prepared = PreparedData.load(folder)

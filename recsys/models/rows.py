@@ -28,17 +28,26 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum, unique
 from typing import Any, Literal, get_args
 
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 
-__all__ = ["HASH_MULTIPLIER", "ROWS_KEY", "Combine", "RowScheme", "check_row_schemes", "qr_key", "sparse_specs_for"]
+__all__ = ["HASH_MULTIPLIER", "ROWS_KEY", "Combine", "RowMapping", "RowScheme", "check_row_schemes", "qr_key", "sparse_specs_for"]
 
 #: the config key the errors name
 ROWS_KEY = "model.embedding_rows"
 #: Knuth's multiplicative hash constant (ids below 2^33 stay inside int64)
 HASH_MULTIPLIER = 2654435761
 Combine = Literal["sum", "product", "concat"]
+
+
+@unique
+class RowMapping(str, Enum):
+    """How a feature's ids map to table rows when its table is smaller than its vocabulary."""
+
+    QR = "qr"  # quotient-remainder: two small tables combined
+    HASH = "hash"  # one hashed table (collisions share a row)
 
 
 def qr_key(feature: str, part: str) -> str:
@@ -50,7 +59,7 @@ def qr_key(feature: str, part: str) -> str:
 class RowScheme:
     """A feature's row scheme: ``qr`` with ``buckets`` (m) and ``combine``, or ``hash`` with ``rows``."""
 
-    scheme: Literal["qr", "hash"]
+    scheme: Literal["qr", "hash"]  # RowMapping's values (configs hold the values; tested equal)
     rows: int = 0  # hash: table rows
     buckets: int = 0  # qr: remainder rows (m)
     combine: Combine = "sum"

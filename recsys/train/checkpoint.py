@@ -11,7 +11,8 @@ import torch
 from lightning.pytorch.cli import instantiate_module
 
 from recsys.data.encoders import Preprocessor
-from recsys.data.split_stream import SplitData
+from recsys.data.streaming.split_view import SplitData
+from recsys.export.quantize import Precision
 from recsys.models import RankingModel
 from recsys.train.datamodule import CTRDataModule, saved_preprocessor
 from recsys.train.module import RankingTask
@@ -91,7 +92,7 @@ def export_checkpoint(
     output_dir: str | Path,
     check_parity: bool = True,
     parity_batch_sizes: tuple[int, ...] = (1, 7, 300),
-    precision: str = "fp32",
+    precision: str | Precision = "fp32",
     test: SplitData | None = None,
 ) -> dict[str, Any]:
     """Export a checkpoint to ``output_dir``; optionally check eager vs exported in a fresh process.

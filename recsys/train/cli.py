@@ -408,7 +408,7 @@ class SalienceCLI(TrackedCLI):
 
         from recsys.data.batching import make_batch
         from recsys.export import check_parity_in_fresh_process, export_model
-        from recsys.train.distributed import is_sharded
+        from recsys.train.sharded import is_sharded
 
         tracker = tracking.tracker if tracking is not None else None
         model = self.model.model

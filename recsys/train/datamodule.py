@@ -1,5 +1,5 @@
 """LightningDataModule over :func:`recsys.data.prepare.prepare_data` (splits in memory) or over
-an encoded shard set streamed with bounded memory (:mod:`recsys.data.shard_batching`)."""
+an encoded shard set streamed with bounded memory (:mod:`recsys.data.streaming.batching`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from torch.utils.data import DataLoader
 
 from recsys.data.batching import BatchDataset
 from recsys.data.encoders import EncodedData, Preprocessor
-from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
+from recsys.data.prepare import PrepareConfig, PreparedData, SplitConfig, prepare_data
 from recsys.data.readers.base import Reader
 from recsys.data.schema import Schema
-from recsys.data.shard_batching import ResumableLoader, ShardBatchDataset, select_columns
-from recsys.data.shards import ShardSet
-from recsys.data.split_stream import SplitData, SplitView, sample_rows
+from recsys.data.streaming.batching import ResumableLoader, ShardBatchDataset, select_columns
+from recsys.data.streaming.shards import ShardSet
+from recsys.data.streaming.split_view import SplitData, SplitView, sample_rows
 
 __all__ = ["CTRDataModule", "encoder_changes", "restrict_preprocessor", "saved_preprocessor", "saved_preprocessor_state"]
 
@@ -43,25 +43,25 @@ class CTRDataModule(pl.LightningDataModule):
             depend on them, so a sweep over dims encodes the data once.
         cache_dir: encoded-data cache folder (``null`` disables the cache).
         shuffle_seed: seed of the per-epoch training shuffle.
-        shards: stream the splits from this encoded shard-set folder (:mod:`recsys.data.shards`)
+        shards: stream the splits from this encoded shard-set folder (:mod:`recsys.data.streaming.shards`)
             instead of preparing them in memory: at most ``buffer_shards`` shards are loaded at a
             time, the training order is shuffled by shard and within a buffer, and a mid-epoch
-            checkpoint resumes at the next batch (:mod:`recsys.data.shard_batching`). The split,
+            checkpoint resumes at the next batch (:mod:`recsys.data.streaming.batching`). The split,
             vocabularies and dense statistics are the shard set's (``split`` does not apply);
             ``features``, ``drop_features`` and ``embedding_dim`` select and size a view of it.
         buffer_shards: shards loaded and shuffled together in streamed training.
         streaming: stream the data without ever holding it in memory: the reader's files are
             encoded into a shard set under ``cache_dir`` in two streaming passes
-            (:func:`recsys.data.prepare_stream.prepare_shards`: vocabularies and statistics
+            (:func:`recsys.data.streaming.prepare.prepare_shards`: vocabularies and statistics
             from the training rows, then every split into shards; cached like ``prepare_data``)
             and read as with ``shards``. ``split`` applies (random, predefined files or a time
             column, :class:`~recsys.data.splits.SplitConfig`).
         rows_per_shard: rows per shard file that ``streaming`` writes (None: sized by bytes, about
-            256 MB of encoded rows and at most 262,144 rows, :func:`~recsys.data.chunking.shard_rows`;
+            256 MB of encoded rows and at most 262,144 rows, :func:`~recsys.data.streaming.chunking.shard_rows`;
             the buffer of ``buffer_shards`` shards is then bounded at any width).
         engine: how ``streaming`` prepares the shards: ``local`` (one process,
-            :func:`~recsys.data.prepare_stream.prepare_shards`) or ``dask`` (one task per input
-            file on a Dask cluster, :func:`~recsys.data.distributed.prepare_shards_distributed`;
+            :func:`~recsys.data.streaming.prepare.prepare_shards`) or ``dask`` (one task per input
+            file on a Dask cluster, :func:`~recsys.data.streaming.dask_cluster.prepare_shards_distributed`;
             the ``distributed`` extra). See ``docs/multi-node.md``.
         scheduler: the Dask scheduler address (``tcp://host:8786``) of ``engine: dask``; null
             starts a local cluster of one worker process per core.
@@ -137,9 +137,8 @@ class CTRDataModule(pl.LightningDataModule):
                 }
                 self._prepared = PreparedData(splits, self.preprocessor, self.shard_set.summary)
             else:
-                self._prepared = prepare_data(
-                    self.reader, self.split, self.features, self.drop_features, self.embedding_dim, self.cache_dir
-                )
+                self._prepared = prepare_data(self.reader, PrepareConfig(
+                    self.split, self.features, self.drop_features, self.embedding_dim, self.cache_dir))
         return self._prepared
 
     # -- streaming -------------------------------------------------------------------------
@@ -149,15 +148,15 @@ class CTRDataModule(pl.LightningDataModule):
         ``drop_features`` select a view, so a feature selection reuses one shard set)."""
         if self.shards is not None:
             return ShardSet.open(self.shards)
-        from recsys.data.prepare_stream import prepare_shards
+        from recsys.data.streaming.prepare import prepare_shards
 
         assert self.cache_dir is not None
+        config = PrepareConfig(self.split, cache_dir=self.cache_dir, rows_per_shard=self.rows_per_shard)
         if self.engine == "dask":
-            from recsys.data.distributed import prepare_shards_distributed
+            from recsys.data.streaming.dask_cluster import prepare_shards_distributed
 
-            return prepare_shards_distributed(self.reader, self.split, cache_dir=self.cache_dir,
-                                              rows_per_shard=self.rows_per_shard, client=self.scheduler)
-        return prepare_shards(self.reader, self.split, cache_dir=self.cache_dir, rows_per_shard=self.rows_per_shard)
+            return prepare_shards_distributed(self.reader, config, client=self.scheduler)
+        return prepare_shards(self.reader, config)
 
     @property
     def shard_set(self) -> ShardSet:
@@ -193,8 +192,8 @@ class CTRDataModule(pl.LightningDataModule):
 
     def split_data(self, split: str) -> SplitData | None:
         """``split``'s rows: in memory (``EncodedData``), or when streaming a
-        :class:`~recsys.data.split_stream.SplitView` of its shards that loads nothing until read
-        (:mod:`recsys.data.split_stream` reads both alike). None when the split is empty."""
+        :class:`~recsys.data.streaming.split_view.SplitView` of its shards that loads nothing until read
+        (:mod:`recsys.data.streaming.split_view` reads both alike). None when the split is empty."""
         if not self.has_split(split):
             return None
         if self.streaming:
@@ -206,7 +205,7 @@ class CTRDataModule(pl.LightningDataModule):
     def sample_rows(self, split: str, rows: int, seed: int = 0) -> EncodedData:
         """A seeded uniform sample of at most ``rows`` rows of ``split`` in row order (every row
         when it has no more), read shard by shard when streaming
-        (:func:`~recsys.data.split_stream.sample_rows`)."""
+        (:func:`~recsys.data.streaming.split_view.sample_rows`)."""
         data = self.split_data(split)
         if data is None:
             raise ValueError(f"the {split!r} split is empty")

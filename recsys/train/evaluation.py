@@ -8,7 +8,7 @@ import numpy as np
 import torch
 from torch.nn.functional import binary_cross_entropy_with_logits
 
-from recsys.data.split_stream import SplitData, batch_dataset
+from recsys.data.streaming.split_view import SplitData, batch_dataset
 from recsys.metrics import binary_auc
 
 __all__ = ["evaluate", "evaluate_with_scores"]

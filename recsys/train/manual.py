@@ -7,7 +7,7 @@ batch, then a mask step on a validation batch), which ``Recipe.fit`` cannot expr
 phase is a :class:`ManualTask` (``automatic_optimization = False``; subclasses override
 ``training_step``) run by :func:`fit_split`: a CPU ``lightning.Trainer`` without logger or
 checkpoints over a seeded, shuffled :class:`~recsys.data.batching.BatchDataset`, or streamed
-from shards for a :class:`~recsys.data.split_stream.SplitView` (a streaming data module's
+from shards for a :class:`~recsys.data.streaming.split_view.SplitView` (a streaming data module's
 ``split_data``; memory bounded by a few shards)::
 
     task = ManualTask(model, [torch.optim.Adam(model.parameters(), lr=1e-3)])
@@ -26,7 +26,7 @@ from lightning.pytorch.callbacks import Callback
 from torch import nn
 from torch.utils.data import DataLoader
 
-from recsys.data.split_stream import SplitData, batch_dataset
+from recsys.data.streaming.split_view import SplitData, batch_dataset
 from recsys.train.cli import TRAINER_DEFAULTS
 from recsys.train.recipe import quiet_lightning
 
@@ -116,9 +116,9 @@ def fit_split(
 
     Epoch ``e`` walks ``BatchDataset(data, batch_size, shuffle=True, seed=seed)`` at epoch
     ``epoch_offset + e`` (rows permuted by ``seed + epoch_offset + e``), so a phase that follows
-    another continues its epoch numbering. A :class:`~recsys.data.split_stream.SplitView` is
+    another continues its epoch numbering. A :class:`~recsys.data.streaming.split_view.SplitView` is
     streamed in the seeded training order of
-    :func:`~recsys.data.split_stream.batch_dataset` (shards permuted per epoch, rows shuffled
+    :func:`~recsys.data.streaming.split_view.batch_dataset` (shards permuted per epoch, rows shuffled
     within a buffer of shards) at the same epoch numbers. The trainer takes the ``salience fit`` defaults
     (no logger, deterministic algorithms), no checkpoints and no validation; the loader draws
     its worker seed from a private generator, so the global torch RNG (dropout, gate

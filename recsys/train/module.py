@@ -28,7 +28,7 @@ from recsys.models.base import (
 )
 from recsys.models.grouped import GroupedEmbeddingBags
 from recsys.models.seam import SeamTransform
-from recsys.train.distributed import (
+from recsys.train.sharded import (
     ShardedStrategy,
     collective_device,
     full_fused_optimizer_state,
@@ -191,7 +191,7 @@ class RankingTask(pl.LightningModule):
     @property
     def ranking_model(self) -> RankingModel:
         """The model itself, also when it is wrapped by TorchRec's ``DistributedModelParallel``
-        (``recsys.train.distributed.ShardedStrategy``)."""
+        (``recsys.train.sharded.ShardedStrategy``)."""
         return unwrap(self.model)  # type: ignore[return-value]
 
     def forward(self, batch: Batch) -> torch.Tensor:

@@ -163,9 +163,9 @@ class Recipe:
         A streaming data module (``data.streaming`` or ``data.shards``) never reads the whole
         file: the rows are a seeded sample of at most ``max_rows`` (default
         :data:`RAW_SAMPLE_ROWS`, fewer where they would pass
-        :data:`~recsys.data.chunking.SAMPLE_BYTES` of frame: ~40k rows at 1,000 wide columns)
+        :data:`~recsys.data.streaming.chunking.SAMPLE_BYTES` of frame: ~40k rows at 1,000 wide columns)
         rows of the split, read in chunks
-        (:func:`recsys.data.raw_sample.sample_raw_split`; every row when the split has no
+        (:func:`recsys.data.streaming.raw_sample.sample_raw_split`; every row when the split has no
         more). In memory, ``max_rows`` None keeps every row, else a seeded sample of the split's
         rows is kept (in order).
         """
@@ -173,8 +173,8 @@ class Recipe:
 
         dm = self.datamodule
         if dm.streaming:
-            from recsys.data.chunking import sample_rows
-            from recsys.data.raw_sample import sample_raw_split
+            from recsys.data.streaming.chunking import sample_rows
+            from recsys.data.streaming.raw_sample import sample_raw_split
 
             rows = sample_rows(self.schema, RAW_SAMPLE_ROWS) if max_rows is None else int(max_rows)
             log.info("reading a sample of at most %d raw %s rows of %s in chunks", rows, split, dm.dataset_name)

@@ -11,7 +11,7 @@ import pytest
 
 import embeddings  # noqa: F401 - registers the built-in searches
 from embeddings import DimensionPlan, budget_of
-from embeddings.base import get_search, search_names
+from embeddings.dims.base import get_search, search_names
 from recsys.train.recipe import Recipe
 from tests.selection.conftest import tiny_config
 

@@ -58,7 +58,7 @@ def recipe(tmp_cwd: Path, never_whole: None) -> Recipe:
 
 def whole(dm: CTRDataModule, split: str) -> Any:
     """The split loaded from the shards (for the in-memory comparison only)."""
-    from recsys.data.split_stream import sample_rows
+    from recsys.data.streaming.split_view import sample_rows
 
     data = dm.split_data(split)
     assert data is not None
@@ -66,7 +66,7 @@ def whole(dm: CTRDataModule, split: str) -> Any:
 
 
 def test_permutation_importance_scores_a_streamed_split(recipe: Recipe, monkeypatch: pytest.MonkeyPatch) -> None:
-    from selection.permutation import PermutationImportance
+    from selection.model_based.permutation import PermutationImportance
 
     seen: list[tuple[Any, Any]] = []
     rank_model = PermutationImportance.rank_model
@@ -91,8 +91,8 @@ def test_permutation_importance_scores_a_streamed_split(recipe: Recipe, monkeypa
 
 
 def test_leap_and_outrank_select_on_streamed_data(recipe: Recipe) -> None:
-    from selection.leap import LeAP
-    from selection.outrank import OutRank
+    from selection.model_based.leap import LeAP
+    from selection.model_free.outrank import OutRank
 
     leap = LeAP(tracking=False, max_epochs=1).rank(recipe)
     assert set(leap.scores) == set(recipe.schema.names)
@@ -105,7 +105,7 @@ def test_leap_and_outrank_select_on_streamed_data(recipe: Recipe) -> None:
 
 
 def test_dnis_searches_on_streamed_splits(recipe: Recipe) -> None:
-    from embeddings.dnis import DNIS
+    from embeddings.dims.dnis import DNIS
 
     plan = DNIS(width=8, blocks=(1.0,), warm_start_epochs=1, search_epochs=1, max_steps=6, sweep_points=2).search(recipe)
     assert set(plan.dims) <= set(recipe.schema.names) and plan.extras["searched_val_auc"] > 0
@@ -113,8 +113,8 @@ def test_dnis_searches_on_streamed_splits(recipe: Recipe) -> None:
 
 
 def test_ihas_searches_clusters_a_sample_and_retrains_on_streamed_rows(recipe: Recipe) -> None:
-    from embeddings.cli import evaluate_logits
-    from embeddings.ihas import IHAS
+    from embeddings.dims.cli import evaluate_logits
+    from embeddings.dims.ihas import IHAS
 
     search = IHAS(width=8, search_epochs=1, retrain_epochs=1, max_steps=6, num_clusters=2, cluster_rows=600)
     plan, gate_model = search.search_with_model(recipe)

@@ -110,7 +110,7 @@ def _catalog() -> Catalog:
 
 def test_a_new_token_weighting_is_one_class(first_level_weighting: type[TokenWeighting]) -> None:
     assert "first-level-only" in TokenWeighting.registered_names()
-    model = GenerativeTask(weighting="first-level-only", model_options=SMALL).build(_catalog())
+    model = GenerativeTask(arch={"class_path": "sid", "init_args": SMALL}, weighting="first-level-only").build(_catalog())
     assert isinstance(model, SIDRecommender) and isinstance(model.loss_fn, first_level_weighting)
     assert model.loss_fn.num_levels == 2 and model.loss_fn.weights_table()["position_weights"] == [1.0, 0.0]
     history = torch.tensor([[0, 1, 2], [3, 4, 5]])
@@ -125,8 +125,8 @@ def test_a_new_token_weighting_is_one_class(first_level_weighting: type[TokenWei
 
 def test_a_new_item_content_is_one_class(random_content: type[ItemContent]) -> None:
     assert "toy-random" in ItemContent.registered_names()
-    dm = SequenceDataModule(dataset="synthetic", content="toy-random", content_options={"dim": 6},
-                            codebook_options={"levels": 2, "codebook_size": 16})
+    dm = SequenceDataModule(dataset="synthetic", content={"class_path": "toy-random", "init_args": {"dim": 6}},
+                            codebook={"class_path": "rq-kmeans", "init_args": {"levels": 2, "codebook_size": 16}})
     vectors = dm.item_vectors
     assert vectors.shape == (dm.data.num_items + 1, 6) and not vectors[0].any()
     assert np.allclose(np.linalg.norm(vectors[1:], axis=1), 1.0, atol=1e-5)
@@ -144,5 +144,5 @@ def test_a_new_architecture_is_one_class(popularity_arch: type[NextItemModel]) -
     assert isinstance(model, popularity_arch) and not model.uses_semantic_ids
     items, _ = model.recommend(torch.zeros(2, 3, dtype=torch.long), 2)
     assert items.tolist() == [[5, 7], [5, 7]]
-    with pytest.raises(ValueError, match=r"model.arch='gpt' is not one of \['sasrec', 'sid', 'toy-most-popular'\]"):
+    with pytest.raises(ValueError, match=r"model.arch: unknown next-item model 'gpt'; available: \['sasrec', 'sid', 'toy-most-popular'\]"):
         GenerativeTask(arch="gpt")

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from generative.metrics import evaluate_model
+from generative.ranking_metrics import evaluate_model
 from generative.sasrec import SASRec
 
 N, T = 30, 8

@@ -20,9 +20,9 @@ def _fit(tmp: Path, *extra: str) -> GenerativeCLI:
             "fit",
             "--data.dataset=synthetic",
             "--data.val_users=300",
-            "--data.codebook_options={levels: 2, codebook_size: 32}",
-            f"--model.model_options={SMALL}",
-            "--model.learning_rate=0.005",
+            "--data.codebook={class_path: rq-kmeans, init_args: {levels: 2, codebook_size: 32}}",
+            f"--model.arch={{class_path: sid, init_args: {SMALL}}}",
+            "--model.optimizer={class_path: torch.optim.AdamW, init_args: {lr: 0.005}}",
             "--trainer.max_epochs=2",
             "--trainer.enable_progress_bar=false",
             "--trainer.enable_model_summary=false",
@@ -98,7 +98,7 @@ def test_recommend_command_reads_the_export(fitted: tuple[GenerativeCLI, Path], 
 
 
 def test_sasrec_trains_through_the_same_task(tmp_cwd: Path) -> None:
-    cli = _fit(tmp_cwd, "--model.arch=sasrec", '--model.model_options={"dim": 32, "layers": 1, "heads": 1}')
+    cli = _fit(tmp_cwd, '--model.arch={class_path: sasrec, init_args: {"dim": 32, "layers": 1, "heads": 1}}')
     assert float(cli.trainer.callback_metrics["test_recall_10"]) > 0.25
     assert cli.export_report is None  # export is for the generative model
 
@@ -107,7 +107,7 @@ def test_sid_build_writes_a_codebook_that_loads_back(tmp_cwd: Path, capsys: pyte
     out = tmp_cwd / "sid"
     assert sid_main(["build", "--dataset", "synthetic", "--levels", "2", "--size", "16", "--output", str(out)]) == 0
     book = Codebook.load(out / "codebook.json")
-    dm = SequenceDataModule(dataset="synthetic", codebook_options={"levels": 2, "codebook_size": 16})
+    dm = SequenceDataModule(dataset="synthetic", codebook={"class_path": "rq-kmeans", "init_args": {"levels": 2, "codebook_size": 16}})
     assert book == dm.codebook
     assert (out / "codebook.png").is_file()
     assert "MLflow run" in capsys.readouterr().out
@@ -117,15 +117,33 @@ def test_sid_build_writes_a_codebook_that_loads_back(tmp_cwd: Path, capsys: pyte
 
 
 def test_bad_settings_name_the_key(tmp_cwd: Path) -> None:
-    with pytest.raises(ValueError, match="model.arch"):
-        GenerativeTask(arch="gpt")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="unknown token weighting"):
-        GenerativeTask(weighting="nope").build(SequenceDataModule(dataset="synthetic").catalog())
+    with pytest.raises(ValueError, match="model.arch: unknown next-item model 'gpt'"):
+        GenerativeTask(arch="gpt")
+    with pytest.raises(ValueError, match="model.weighting: unknown token weighting 'nope'"):
+        GenerativeTask(weighting="nope")  # refused at construction, before any data is read
+    with pytest.raises(ValueError, match=r"model.arch.init_args: unknown argument\(s\) \['width'\] of SIDRecommender"):
+        GenerativeTask(arch={"class_path": "sid", "init_args": {"width": 3}})
+    with pytest.raises(ValueError, match="model.weighting: 'torch.nn.Linear' is not a token weighting"):
+        GenerativeTask(weighting={"class_path": "torch.nn.Linear"})
+    with pytest.raises(ValueError, match="data.codebook: cannot import 'nowhere.Builder'"):
+        SequenceDataModule(codebook={"class_path": "nowhere.Builder"})
+    with pytest.raises(ValueError, match="data.content: expected"):
+        SequenceDataModule(content={"name": "attributes"})
+    # a class path names any subclass, registered or not, as a registered name does
+    from generative.weighting.front import FrontGreater
+
+    by_path = GenerativeTask(weighting={"class_path": "generative.weighting.front.FrontGreater",
+                                        "init_args": {"gain": "entropy"}})
+    by_name = GenerativeTask(weighting={"class_path": "front", "init_args": {"gain": "entropy"}})
+    catalog = SequenceDataModule(dataset="synthetic").catalog()
+    for task in (by_path, by_name):
+        loss = task.build(catalog).loss_fn
+        assert isinstance(loss, FrontGreater) and loss.gain == "entropy"
     # a codebook of another catalogue is refused, naming the key
     from generative.data import synthetic_sequences
 
     book_path = tmp_cwd / "cb.json"
-    SequenceDataModule(dataset="synthetic", codebook_options={"levels": 2, "codebook_size": 16}).codebook.save(book_path)
+    SequenceDataModule(dataset="synthetic", codebook={"class_path": "rq-kmeans", "init_args": {"levels": 2, "codebook_size": 16}}).codebook.save(book_path)
     dm = SequenceDataModule(dataset="synthetic", codebook_path=str(book_path))
     dm._data = synthetic_sequences(num_items=300)
     with pytest.raises(ValueError, match="codebook_path.*500 items.*300"):
@@ -141,14 +159,20 @@ def test_committed_configs_parse(config: Path, capsys: pytest.CaptureFixture[str
         GenerativeCLI(args=["fit", "--config", str(config), "--print_config"])
     assert exit_info.value.code in (0, None)
     assert "dataset:" in capsys.readouterr().out
-    # the free-form option dicts name real constructor arguments
+    # the plug-ins' init_args name real constructor arguments
     import yaml
 
+    from generative.base import NextItemModel
+    from generative.codebook import CodebookBuilder
+    from generative.content import ItemContent
     from generative.weighting import TokenWeighting
 
-    model = yaml.safe_load(config.read_text())["model"]
-    if model.get("arch", "sid") == "sid":
-        TokenWeighting.create(model.get("weighting", "plain"), **model.get("weighting_options", {}))
+    loaded = yaml.safe_load(config.read_text())
+    model, data = loaded["model"], loaded["data"]
+    NextItemModel.resolve_spec(model.get("arch", "sid"), "model.arch")
+    TokenWeighting.from_spec(model.get("weighting", "plain"), "model.weighting")
+    ItemContent.from_spec(data.get("content", "attributes"), "data.content")
+    CodebookBuilder.from_spec(data.get("codebook", "rq-kmeans"), "data.codebook")
 
 
 def test_there_are_generative_configs() -> None:

@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from recsys import devices
+from recsys.data.prepare import PrepareConfig
 from recsys.devices import (
     CUDA_SKIP_REASON,
     DeviceError,
@@ -163,7 +164,7 @@ def test_fused_tables_on_cuda_without_the_cuda_fbgemm_is_a_clear_error() -> None
     from recsys.models import DLRM
     from recsys.models.base import EmbeddingKernel, SparseArchConfig
 
-    schema = prepare_data(SyntheticReader(n_rows=300, seed=0), SplitConfig(), embedding_dim=8).schema
+    schema = prepare_data(SyntheticReader(n_rows=300, seed=0), PrepareConfig(SplitConfig(), embedding_dim=8)).schema
     model = DLRM(schema, SparseArchConfig(kernel=EmbeddingKernel.FUSED))
     before = model.sparse_arch.embedding_bag_collection
     model.sparse_arch.place_fused_tables(torch.device("cpu"))  # a no-op on the CPU

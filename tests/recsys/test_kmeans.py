@@ -56,7 +56,7 @@ def test_ihas_settings_reproduce_the_numpy_kmeans_exactly(seed: int) -> None:
 
 
 def test_ihas_wrapper_is_the_shared_kmeans() -> None:
-    from embeddings.ihas import kmeans as ihas_kmeans
+    from embeddings.dims.ihas import kmeans as ihas_kmeans
 
     x = binary_masks(11)
     c, labels = ihas_kmeans(x, 4, seed=3)

@@ -93,6 +93,6 @@ def test_inputs_shapes_and_degenerate_cases() -> None:
 
 def test_the_old_names_are_the_shared_function() -> None:
     from recsys.data.synthetic import roc_auc
-    from selection.permutation import binary_auc as permutation_auc
+    from selection.model_based.permutation import binary_auc as permutation_auc
 
     assert roc_auc is binary_auc and permutation_auc is binary_auc

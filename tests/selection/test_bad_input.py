@@ -51,8 +51,8 @@ def test_k_larger_than_the_number_of_features(leaky_recipe: Recipe) -> None:
 
 
 def test_single_class_label_is_refused(tmp_path: Path) -> None:
-    from selection.outrank import rank_raw
-    from selection.rawfiles import read_raw_file
+    from selection.model_free.outrank import rank_raw
+    from selection.model_free.rawfiles import read_raw_file
 
     pd.DataFrame({"a": ["x", "y"] * 50, "label": [1] * 100}).to_csv(tmp_path / "one.csv", index=False)
     raw = read_raw_file(tmp_path / "one.csv")
@@ -85,7 +85,7 @@ def test_a_ragged_csv_is_one_line_naming_the_file_and_line(ragged: Path, command
 
 
 def test_the_raw_reader_keeps_lines_and_counts_skipped_rows(ragged: Path) -> None:
-    from selection.rawfiles import iter_raw_chunks, read_raw_file
+    from selection.model_free.rawfiles import iter_raw_chunks, read_raw_file
 
     whole = read_raw_file(ragged, skip_bad_rows=True)
     assert list(whole.frame.index) == [2, 4, 6, 7] and whole.report.rows_skipped == 2

@@ -23,7 +23,7 @@ METHODS = [n for n in selection.method_names() if not ImportanceMethod.registere
 #: strongest planted features of the synthetic default that a few thousand rows can teach
 STRONG = ["item_id", "site_category"]
 #: methods that read no trained model, so the planted signal is not theirs to recover; they are
-#: checked against plain-PyTorch references instead (tests/selection/test_sensitivity.py)
+#: checked against plain-PyTorch references instead (tests/selection/model_based/test_sensitivity.py)
 UNTRAINED = {"sfs": "scores mask gradients of the model at initialisation (SNIP-style)"}
 #: methods whose field scores are a roll-up that ranks signal above noise on average but not
 #: the strongest fields first (checked against their formulas in their own test modules)
@@ -121,8 +121,8 @@ def test_selection_applies_back_and_trains(recipe: Recipe, reports: dict, name: 
 
 
 def _model_based(name: str) -> bool:
-    from selection.outrank import OutRank
-    from selection.tabular import ShallowMethod
+    from selection.model_free.outrank import OutRank
+    from selection.shallow.tabular import ShallowMethod
 
     return not issubclass(ImportanceMethod.registered_class(name), (OutRank, ShallowMethod))
 

@@ -17,9 +17,9 @@ import pytest
 import selection
 from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod, get_method, with_memorisable_demoted
-from selection.mutual_info import rotation_significance
-from selection.outrank import OutRank
-from selection.outrank_scoring import memorisable_features
+from selection.model_free.mutual_info import rotation_significance
+from selection.model_free.outrank import OutRank
+from selection.model_free.outrank_scoring import memorisable_features
 from selection.report import ImportanceReport
 from tests.selection.conftest import tiny_config
 

@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from recsys.data.raw import RawData
-from recsys.data.wide import WideReader, WideTruth
-from selection.outrank import OutRank, rank_raw
-from selection.outrank_scoring import OutRankConfig, redundant_features, score_raw
+from recsys.data.synthetic.wide import WideReader, WideTruth
+from selection.model_free.outrank import OutRank, rank_raw
+from selection.model_free.outrank_scoring import OutRankConfig, redundant_features, score_raw
 
 
 @pytest.fixture(scope="module")
@@ -100,7 +100,7 @@ def test_grouped_permutation_drops_isolate_the_fields_that_matter(monkeypatch) -
     import torch
     from torch import nn
 
-    import selection.permutation as perm
+    import selection.model_based.permutation as perm
     from recsys.data.encoders import Preprocessor
     from recsys.data.schema import FeatureSpec, Schema
     from recsys.models.base import RankingModel
@@ -144,9 +144,9 @@ def test_grouped_permutation_drops_isolate_the_fields_that_matter(monkeypatch) -
 def test_leap_measures_held_out_drops_for_a_fixed_budget_of_fields(tiny_recipe, monkeypatch) -> None:  # noqa: ANN001
     """Beyond the fit, LeAP's default ranking costs at most ``heldout_fields`` evaluation passes:
     the drops of the fields highest by gate + relevance; the others count as no drop."""
-    import selection.permutation as perm
-    from selection.leap import LeAP
-    from selection.leap_fusion import sum_fusion
+    import selection.model_based.permutation as perm
+    from selection.model_based.leap import LeAP
+    from selection.model_based.leap_fusion import sum_fusion
 
     passes = []
     auc = perm.binary_auc
@@ -185,7 +185,7 @@ def test_selection_by_dimensions() -> None:
 
 def test_a_selector_too_costly_for_the_width_refuses_at_once_naming_its_cost(tiny_recipe) -> None:  # noqa: ANN001
     from selection.base import WidthRefusal
-    from selection.gbdt import GBDTImportance
+    from selection.shallow.gbdt import GBDTImportance
 
     method = GBDTImportance(max_seconds=1e-3)
     assert method.estimated_seconds(40_000, 12_750) > 3600  # the F = 5,000 wide layout: hours of exact splits
@@ -195,7 +195,7 @@ def test_a_selector_too_costly_for_the_width_refuses_at_once_naming_its_cost(tin
 
 def test_permutation_refuses_a_width_whose_passes_would_take_too_long(tiny_recipe) -> None:  # noqa: ANN001
     from selection.base import WidthRefusal
-    from selection.permutation import PermutationImportance
+    from selection.model_based.permutation import PermutationImportance
 
     with pytest.raises(WidthRefusal, match=r"permutation: up to [\d,]+ evaluation passes of .* s each .*LeAP ranks them"):
         PermutationImportance(max_seconds=1e-6, tracking=False, repeats=2).rank(tiny_recipe)

@@ -41,8 +41,8 @@ class Reader(ABC):
 
     def default_chunk_rows(self) -> int:
         """Rows per chunk when a caller gives none: sized by bytes from :meth:`schema_hint`
-        (:func:`recsys.data.chunking.chunk_rows`), the row cap without one."""
-        from recsys.data.chunking import MAX_CHUNK_ROWS, chunk_rows
+        (:func:`recsys.data.streaming.chunking.chunk_rows`), the row cap without one."""
+        from recsys.data.streaming.chunking import MAX_CHUNK_ROWS, chunk_rows
 
         schema = self.schema_hint()
         return MAX_CHUNK_ROWS if schema is None else chunk_rows(schema)

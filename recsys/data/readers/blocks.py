@@ -35,7 +35,7 @@ from recsys.data.readers.lines import check_parsed, parse_table, read_arrow_csv,
 __all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "parse_block", "pool", "check_file_done"]
 
 #: rows per chunk of the callers that still count in rows (readers size theirs by bytes,
-#: :mod:`recsys.data.chunking`)
+#: :mod:`recsys.data.streaming.chunking`)
 DEFAULT_CHUNK_ROWS = 262_144
 _GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 1 << 16

@@ -9,7 +9,7 @@ from torchrec.datasets.utils import Batch
 
 from recsys.data.encoders import EncodedData, Preprocessor
 from recsys.data.prepare import PreparedData
-from recsys.data.shards import ShardSet, ShardWriter
+from recsys.data.streaming.shards import ShardSet, ShardWriter
 from recsys.data.synthetic import SyntheticReader
 
 

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recsys.data.encoders import EncodedData, Preprocessor
-from recsys.data.prepare import PreparedData, SplitConfig, prepare_data, split_indices
+from recsys.data.prepare import PrepareConfig, PreparedData, SplitConfig, prepare_data, split_indices
 from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.base import Reader
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema, SchemaError
@@ -130,7 +130,7 @@ def test_split_config_valid() -> None:
 def test_prepare_fits_on_train_only() -> None:
     reader = _reader()
     cfg = SplitConfig(seed=7)
-    prepared = prepare_data(reader, split=cfg)
+    prepared = prepare_data(reader, PrepareConfig(split=cfg))
     raw = reader.read()
     rows = split_indices(len(raw), cfg)
     pre = Preprocessor(raw.schema).fit(raw.frame.iloc[rows["train"]])
@@ -168,10 +168,10 @@ def test_prepare_summary() -> None:
 
 def test_prepare_without_test_split(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = SplitConfig(0.9, 0.1, 0.0)
-    first = prepare_data(_reader(), split=cfg, cache_dir=tmp_path)
+    first = prepare_data(_reader(), PrepareConfig(split=cfg, cache_dir=tmp_path))
     assert set(first.splits) == {"train", "val"} and first.summary["split"]["test_rows"] == 0
     monkeypatch.setattr(SyntheticReader, "read", lambda self: pytest.fail("read although cached"))
-    _assert_same(prepare_data(_reader(), split=cfg, cache_dir=tmp_path), first)
+    _assert_same(prepare_data(_reader(), PrepareConfig(split=cfg, cache_dir=tmp_path)), first)
 
 
 def test_one_class_split_is_a_data_error() -> None:
@@ -181,46 +181,46 @@ def test_one_class_split_is_a_data_error() -> None:
     labels = np.arange(50) % 2
     labels[split_indices(50, cfg)["val"]] = 1
     with pytest.raises(DataError, match="val split has only one class.*both clicks and non-clicks"):
-        prepare_data(_frame_reader(labels), split=cfg)
+        prepare_data(_frame_reader(labels), PrepareConfig(split=cfg))
     with pytest.raises(DataError, match="train split is empty"):
-        prepare_data(_frame_reader(np.array([1])), split=SplitConfig(0.4, 0.6, 0.0))
-    prepare_data(_frame_reader(np.arange(50) % 2), split=cfg)  # both classes everywhere: fine
+        prepare_data(_frame_reader(np.array([1])), PrepareConfig(split=SplitConfig(0.4, 0.6, 0.0)))
+    prepare_data(_frame_reader(np.arange(50) % 2), PrepareConfig(split=cfg))  # both classes everywhere: fine
 
 
 # -- feature options ------------------------------------------------------------------------------
 def test_features_select_and_missing_feature_lists_columns() -> None:
-    prepared = prepare_data(_reader(), features=["price", "user_id", "tags"])
+    prepared = prepare_data(_reader(), PrepareConfig(features=["price", "user_id", "tags"]))
     assert prepared.schema.names == ["user_id", "tags", "price"]  # the schema's own order
     assert prepared.splits["train"].sparse_names == ["user_id", "tags"]
     assert prepared.splits["train"].dense_names == ["price"]
     available = _reader().read().schema.names
     with pytest.raises(SchemaError) as err:
-        prepare_data(_reader(), features=["user_id", "no_such_feature"])
+        prepare_data(_reader(), PrepareConfig(features=["user_id", "no_such_feature"]))
     assert "no_such_feature" in str(err.value) and "available columns" in str(err.value)
     assert all(name in str(err.value) for name in available)
 
 
 def test_drop_features() -> None:
-    prepared = prepare_data(_reader(), drop_features=["user_id", "noise_dense"])
+    prepared = prepare_data(_reader(), PrepareConfig(drop_features=["user_id", "noise_dense"]))
     names = prepared.schema.names
     assert "user_id" not in names and "noise_dense" not in names and "item_id" in names
     assert prepared.splits["val"].sparse_names == prepared.schema.sparse_names
     with pytest.raises(SchemaError, match=r"drop_features \['nope'\].*available columns"):
-        prepare_data(_reader(), drop_features=["nope"])
-    both = prepare_data(_reader(), features=["user_id", "item_id", "price"], drop_features=["item_id"])
+        prepare_data(_reader(), PrepareConfig(drop_features=["nope"]))
+    both = prepare_data(_reader(), PrepareConfig(features=["user_id", "item_id", "price"], drop_features=["item_id"]))
     assert both.schema.names == ["user_id", "price"]
 
 
 def test_embedding_dim_override() -> None:
     assert {f.embedding_dim for f in prepare_data(_reader()).schema.sparse} == {16}
-    prepared = prepare_data(_reader(), embedding_dim=8)
+    prepared = prepare_data(_reader(), PrepareConfig(embedding_dim=8))
     assert {f.embedding_dim for f in prepared.schema.sparse} == {8}
     assert all(f.num_embeddings and f.num_embeddings > 1 for f in prepared.schema.sparse)
 
 
 # -- cache ----------------------------------------------------------------------------------------
 def test_cache_hit_is_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    first = prepare_data(_reader(), split=SplitConfig(seed=5), cache_dir=tmp_path)
+    first = prepare_data(_reader(), PrepareConfig(split=SplitConfig(seed=5), cache_dir=tmp_path))
     (folder,) = list(tmp_path.iterdir())
     assert folder.name.startswith("synthetic-")
     assert sorted(p.name for p in folder.iterdir()) == [
@@ -231,7 +231,7 @@ def test_cache_hit_is_identical(tmp_path: Path, monkeypatch: pytest.MonkeyPatch)
         raise AssertionError("read() called although the data is cached")
 
     monkeypatch.setattr(SyntheticReader, "read", boom)
-    second = prepare_data(_reader(), split=SplitConfig(seed=5), cache_dir=tmp_path)  # a new, equal reader
+    second = prepare_data(_reader(), PrepareConfig(split=SplitConfig(seed=5), cache_dir=tmp_path))  # a new, equal reader
     _assert_same(second, first)
     assert len(list(tmp_path.iterdir())) == 1
 
@@ -248,11 +248,11 @@ def test_changed_options_use_another_cache_entry(tmp_path: Path, count_reads: li
     ]
     results = []
     for i, (reader_kw, kw) in enumerate(configs):
-        results.append(prepare_data(_reader(**reader_kw), cache_dir=tmp_path, **kw))
+        results.append(prepare_data(_reader(**reader_kw), PrepareConfig(cache_dir=tmp_path, **kw)))
         assert len(count_reads) == i + 1, f"config {i} was served from another config's cache"
         assert len(list(tmp_path.iterdir())) == i + 1
     for (reader_kw, kw), expected in zip(configs, results):  # each is now served from its own entry
-        _assert_same(prepare_data(_reader(**reader_kw), cache_dir=tmp_path, **kw), expected)
+        _assert_same(prepare_data(_reader(**reader_kw), PrepareConfig(cache_dir=tmp_path, **kw)), expected)
     assert len(count_reads) == len(configs)
     assert results[1].summary["split"]["seed"] == 1
     assert results[2].schema.names == ["user_id", "price"]
@@ -291,17 +291,17 @@ def test_damaged_cache_is_rebuilt(
     damage: str, tmp_path: Path, count_reads: list[int], caplog: pytest.LogCaptureFixture
 ) -> None:
     cfg = SplitConfig(0.6, 0.25, 0.15, seed=9)  # val and test of different sizes
-    first = prepare_data(_reader(), split=cfg, cache_dir=tmp_path)
+    first = prepare_data(_reader(), PrepareConfig(split=cfg, cache_dir=tmp_path))
     (folder,) = list(tmp_path.iterdir())
     DAMAGE[damage](folder)
     with caplog.at_level(logging.WARNING, logger="recsys.data.prepare"):
-        again = prepare_data(_reader(), split=cfg, cache_dir=tmp_path)
+        again = prepare_data(_reader(), PrepareConfig(split=cfg, cache_dir=tmp_path))
     assert len(count_reads) == 2, "a damaged cache was trusted"
     _assert_same(again, first)
     if damage != "missing summary":  # without a summary there is no cache entry to warn about
         assert "ignoring unreadable cache" in caplog.text
     # the rebuilt entry is whole again and served from now on
-    _assert_same(prepare_data(_reader(), split=cfg, cache_dir=tmp_path), first)
+    _assert_same(prepare_data(_reader(), PrepareConfig(split=cfg, cache_dir=tmp_path)), first)
     assert len(count_reads) == 2
     assert len(list(tmp_path.iterdir())) == 1  # no leftover temporary folder
 

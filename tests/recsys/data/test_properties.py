@@ -33,7 +33,7 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from recsys.data.encoders import OOV_ID, EncodedData, Preprocessor, Vocabulary, hash_ids, split_multi
-from recsys.data.prepare import SplitConfig, prepare_data
+from recsys.data.prepare import PrepareConfig, SplitConfig, prepare_data
 from recsys.data.raw import DataError, RawData
 from recsys.data.readers import CriteoReader, FrappeReader, MovieLensReader, TabularReader
 from recsys.data.readers.criteo import CRITEO_DENSE, CRITEO_SPARSE
@@ -942,7 +942,7 @@ def test_prepared_summary_reports_skips_oov_and_fills(tmp_path: Path) -> None:
     schema = {"label": "y", "features": ["user", {"name": "price", "kind": "dense"}]}
     (tmp_path / "s.json").write_text(json.dumps(schema))
     reader = TabularReader(str(tmp_path / "d.csv"), str(tmp_path / "s.json"), skip_bad_rows=True)
-    prepared = prepare_data(reader, SplitConfig(0.6, 0.2, 0.2, seed=1))
+    prepared = prepare_data(reader, PrepareConfig(SplitConfig(0.6, 0.2, 0.2, seed=1)))
     read = prepared.summary["read"]
     assert read["rows_read"] == 57 and read["rows_skipped"] == 3 and sorted(read["skipped_lines"]) == [6, 10, 21]
     assert sum(prepared.summary["split"][f"{s}_rows"] for s in ("train", "val", "test")) == 57

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from recsys.data.prepare import prepare_data, raw_split
+from recsys.data.prepare import PrepareConfig, prepare_data, raw_split
 from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers import TabularReader
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
@@ -134,7 +134,7 @@ def test_prepare_data_time_split(tmp_path: Path) -> None:
     path, schema = write_shop(tmp_path, frame)
     reader = TabularReader(str(path), str(schema))
     split = SplitConfig(time_column="day", time_cuts=[7, 9])
-    prepared = prepare_data(reader, split)
+    prepared = prepare_data(reader, PrepareConfig(split))
     counts = prepared.summary["split"]
     assert counts["train_rows"] == int((frame["day"] < 7).sum()) and counts["mode"] == "time"
     assert counts["test_rows"] == int((frame["day"] >= 9).sum())
@@ -142,7 +142,7 @@ def test_prepare_data_time_split(tmp_path: Path) -> None:
     np.testing.assert_array_equal(prepared.splits["train"].labels, train["clicked"].to_numpy(np.float32))
     raw = reader.read_with_columns(["day"])
     assert len(raw_split(raw, split, "val")) == counts["val_rows"]
-    by_position = prepare_data(reader, SplitConfig(0.5, 0.25, 0.25, time_column="day"))
+    by_position = prepare_data(reader, PrepareConfig(SplitConfig(0.5, 0.25, 0.25, time_column="day")))
     assert by_position.summary["split"]["train_rows"] == 750
 
 
@@ -153,10 +153,10 @@ def test_prepare_data_files_split(tmp_path: Path) -> None:
     test, _ = write_shop(tmp_path, frame.iloc[1050:], "test.csv")
     reader = TabularReader(str(train), str(schema))
     split = SplitConfig(files={"train": str(train), "valid": str(valid), "test": str(test)})
-    prepared = prepare_data(reader, split, cache_dir=tmp_path / "cache")
+    prepared = prepare_data(reader, PrepareConfig(split, cache_dir=tmp_path / "cache"))
     assert {k: len(v) for k, v in prepared.splits.items()} == {"train": 900, "val": 150, "test": 150}
     assert set(prepared.summary["read"]) == {"train", "val", "test"}
-    again = prepare_data(reader, split, cache_dir=tmp_path / "cache")
+    again = prepare_data(reader, PrepareConfig(split, cache_dir=tmp_path / "cache"))
     assert again.summary == prepared.summary
     with pytest.raises(ValueError, match="files split"):
         raw_split(reader.read(), split)
@@ -165,7 +165,7 @@ def test_prepare_data_files_split(tmp_path: Path) -> None:
 def test_time_split_needs_the_column(tmp_path: Path) -> None:
     path, schema = write_shop(tmp_path, shop_frame(50))
     with pytest.raises(Exception, match=r"\['hour'\]"):
-        prepare_data(TabularReader(str(path), str(schema)), SplitConfig(time_column="hour", time_cuts=[1]))
+        prepare_data(TabularReader(str(path), str(schema)), PrepareConfig(SplitConfig(time_column="hour", time_cuts=[1])))
 
 
 def test_rows_by_split() -> None:

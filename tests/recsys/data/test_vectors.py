@@ -19,8 +19,8 @@ from recsys.data.encoders import Preprocessor
 from recsys.data.raw import DataError
 from recsys.data.readers import TabularReader
 from recsys.data.schema import FeatureSpec, Schema, SchemaError
-from recsys.data.shard_batching import select_columns
-from recsys.data.stream import ChunkEncoder, StreamingFit
+from recsys.data.streaming.batching import select_columns
+from recsys.data.streaming.encoders import ChunkEncoder, StreamingFit
 
 
 def _schema() -> Schema:

@@ -23,7 +23,7 @@ from recsys.data.encoders import Preprocessor
 from recsys.data.schema import FeatureSpec, Schema
 from recsys.export import Predictor, export_model
 from recsys.models.archs import DLRM, DCNv2, DeepFM
-from selection.leap import LeAPSeam
+from selection.model_based.leap import LeAPSeam
 
 ATOL = 1e-6
 

@@ -15,8 +15,8 @@ import torch
 from lightning.pytorch.callbacks import Callback
 
 from recsys.data.batching import BatchDataset
-from recsys.data.prepare import PreparedData, SplitConfig, prepare_data
-from recsys.data.shard_batching import ResumableLoader
+from recsys.data.prepare import PrepareConfig, PreparedData, SplitConfig, prepare_data
+from recsys.data.streaming.batching import ResumableLoader
 from recsys.data.synthetic import SyntheticReader
 from recsys.models import DCNv2
 from recsys.train.cli import SalienceCLI
@@ -44,7 +44,7 @@ def reader(seed: int = 0) -> SyntheticReader:
 
 @pytest.fixture(scope="module")
 def prepared() -> PreparedData:
-    return prepare_data(reader(), SPLIT)
+    return prepare_data(reader(), PrepareConfig(SPLIT))
 
 
 @pytest.fixture(scope="module")

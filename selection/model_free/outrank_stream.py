@@ -1,0 +1,502 @@
+"""OutRank on raw data read in chunks, in bounded memory (``salience rank`` / ``quality`` on files).
+
+:func:`score_stream` returns the :class:`~selection.model_free.outrank_scoring.OutRankScores` that
+:func:`~selection.model_free.outrank_scoring.score_raw` returns for the same rows, reading them twice through
+a *chunk source* (a function returning a fresh iterator of :class:`RawData` chunks, such as
+:func:`selection.model_free.rawfiles.raw_chunk_source` or ``lambda: reader.iter_chunks(rows)``):
+
+1. survey (:func:`survey_chunks`): rows counted, the label checked, a seeded reservoir sample of
+   ``edge_sample`` rows of the dense columns and the label (the quantile edges of dense bins and
+   target bins come from it), each dense column's distinct values up to ``dense_bins + 1``, and
+   each column's majority candidate (:class:`~selection.model_free.sketch.MisraGries`, ``k = 1``);
+2. scoring: the selected rows (``subsampling``, ``max_rows``: the same rows as ``score_raw``)
+   cut into the same mini-batches of ``minibatch_size`` rows, across chunk boundaries. Each
+   batch is encoded on its own (the score of a batch does not change when its codes are
+   relabelled, so categorical codes need no global vocabulary) and scored by the same
+   :class:`~selection.model_free.outrank_scoring.BatchScores` as in memory. The majority candidate is
+   counted exactly (constant and near-constant columns), bins by a bincount.
+
+When the rows kept by ``subsampling`` are at most ``edge_sample``, the sample holds all of them,
+so the bins and the scores equal ``score_raw``'s (to the rounding of sums taken in another
+order, ~1e-15). On more rows the dense bin edges are the sample's quantiles.
+
+Memory: one chunk, one batch, the sample (``edge_sample`` x (dense columns + 2) x 8 bytes,
+allocated lazily: 112 MB for Criteo at the default 10^6 rows; fewer rows where that would pass
+:data:`~recsys.data.streaming.chunking.SAMPLE_BYTES`, ~40k rows at 3,000 dense columns) and O(1) state
+per column.
+
+Options that are not streamed: none of OutRank's; the pair (3MR) matrices are computed on the
+batches chosen by ``pair_batches``, as in memory.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from recsys.data.progress import Progress
+from recsys.data.raw import DataError, RawData
+from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+from recsys.data.streaming.chunking import SAMPLE_BYTES, rows_within
+from selection.model_free.column_codes import (
+    EncodedColumn,
+    bin_codes,
+    code_values,
+    dense_values,
+    encode_binned,
+    encode_column,
+    encode_feature,
+    feature_cells,
+    missing_mask,
+    quantile_edges,
+)
+from selection.model_free.mutual_info import factorize
+from selection.model_free.outrank_scoring import (
+    NEAR_CONSTANT_SHARE,
+    BatchScores,
+    OutRankConfig,
+    OutRankScores,
+    Ranking,
+    batch_ranges,
+    pair_batch_ids,
+)
+from selection.model_free.sketch import MisraGries
+
+if TYPE_CHECKING:
+    from selection.model_free.outrank import OutRank
+    from selection.report import ImportanceReport
+
+__all__ = [
+    "DEFAULT_EDGE_SAMPLE", "ChunkSource", "Survey", "rank_stream", "row_sample", "score_stream", "survey_chunks",
+]
+
+#: a function returning a fresh iterator over the data's chunks (called once per pass)
+ChunkSource = Callable[[], Iterator[RawData]]
+#: rows of the seeded sample the dense bin edges come from
+DEFAULT_EDGE_SAMPLE = 1_000_000
+_LABEL = "\0label"
+#: distinct label values remembered (beyond this the label is continuous anyway)
+_LABEL_CAP = 10_000
+
+
+def row_sample(source: ChunkSource, fraction: float | None = None, max_rows: int | None = None,
+               seed: int = 0) -> ChunkSource:
+    """``source`` with each row kept with probability ``fraction`` (seeded Bernoulli, the same
+    rows in every pass) and at most ``max_rows`` kept rows (the first ones); None: all."""
+    if fraction is not None and not 0.0 < fraction <= 1.0:
+        raise ValueError(f"sample fraction must be in (0, 1], got {fraction}")
+    if max_rows is not None and max_rows < 1:
+        raise ValueError(f"sample max_rows must be >= 1, got {max_rows}")
+    if fraction is None and max_rows is None:
+        return source
+
+    def chunks() -> Iterator[RawData]:
+        rng = np.random.default_rng([seed, 3])
+        kept = 0
+        for chunk in source():
+            frame = chunk.frame
+            if fraction is not None and fraction < 1.0:
+                frame = frame[rng.random(len(frame)) < fraction]
+            if max_rows is not None:
+                frame = frame.iloc[: max_rows - kept]
+            if len(frame):
+                kept += len(frame)
+                yield RawData(frame, chunk.schema, chunk.report)
+            if max_rows is not None and kept >= max_rows:
+                return
+
+    return chunks
+
+
+class _LabelCheck:
+    """What :func:`~selection.model_free.column_codes.label_codes` checks, counted chunk by chunk."""
+
+    def __init__(self) -> None:
+        self.missing = 0
+        self.numeric = True
+        self.continuous = False
+        self.values: set[Any] = set()
+        self.overflow = False
+        self.first: Any = None
+
+    def add(self, col: pd.Series) -> None:
+        self.missing += int(col.isna().sum())
+        if self.first is None and len(col):
+            self.first = col.iloc[0]
+        numeric = pd.to_numeric(col, errors="coerce")
+        if numeric.isna().any():
+            self.numeric = False
+        else:
+            x = numeric.to_numpy(dtype=np.float64)
+            self.continuous = self.continuous or not np.all(np.isfinite(x)) or not np.all(x == np.round(x))
+        if not self.overflow:
+            self.values.update(col.dropna().unique().tolist())
+            self.overflow = len(self.values) > _LABEL_CAP
+
+    def error(self, source: str, name: str, method: OutRankConfig, rows: int, label_bins: np.ndarray | None) -> str | None:
+        """The message ``label_codes`` raises for these rows, or None."""
+        if self.missing:
+            return f"{source}: label column {name!r} has {self.missing} missing value(s); drop or fill those rows before ranking"
+        if method.target_bins is not None:
+            if not self.numeric:
+                return f"{source}: target_bins needs a numeric label column, {name!r} is not"
+            classes = 0 if label_bins is None else len(np.unique(label_bins))
+        else:
+            n_distinct = len(self.values)
+            continuous = self.numeric and self.continuous
+            if continuous or n_distinct > method.max_classes:
+                count = f"more than {_LABEL_CAP}" if self.overflow else str(n_distinct)
+                why = "non-integer values" if continuous else f"{count} distinct values (max_classes={method.max_classes})"
+                return (
+                    f"{source}: label column {name!r} looks like a continuous target ({why}); OutRank "
+                    f"groups rows by label value, so bin it: pass target_bins=K (e.g. OutRank(target_bins=10)) "
+                    f"to cut it into K quantile bins"
+                )
+            classes = len(self.values)
+        if classes < 2:
+            return (
+                f"{source}: label column {name!r} has a single class ({self.first!r} in all {rows} scored rows); "
+                f"mutual information with the label is 0 for every feature, so nothing can be ranked"
+            )
+        return None
+
+
+class _Reservoir:
+    """A seeded uniform sample of ``k`` rows (Algorithm R, vectorised per chunk): float64 values
+    of some columns and each row's number; holds every row while fewer than ``k`` came."""
+
+    def __init__(self, k: int, names: list[str], seed: int) -> None:
+        if k < 1:
+            raise ValueError(f"edge_sample must be >= 1, got {k}")
+        self.k, self.seen = k, 0
+        self.rng = np.random.default_rng([seed, 2])
+        self.rows = np.empty(k, dtype=np.int64)  # untouched pages cost no memory until filled
+        self.values = {n: np.empty(k, dtype=np.float64) for n in names}
+
+    def add(self, rows: np.ndarray, values: dict[str, np.ndarray]) -> None:
+        idx = self.seen + np.arange(len(rows), dtype=np.int64)
+        slot = idx.copy()
+        late = idx >= self.k
+        slot[late] = self.rng.integers(0, idx[late] + 1)
+        keep = slot < self.k
+        self.rows[slot[keep]] = rows[keep]  # repeated slots: the later row wins, as in Algorithm R
+        for n, v in values.items():
+            self.values[n][slot[keep]] = v[keep]
+        self.seen += len(rows)
+
+    @property
+    def complete(self) -> bool:
+        return self.seen <= self.k
+
+    def restricted(self, selected: np.ndarray | None) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The sampled rows among ``selected`` (sorted row numbers; None = all)."""
+        n = min(self.seen, self.k)
+        mask = np.ones(n, dtype=bool) if selected is None else _member(self.rows[:n], selected)
+        return self.rows[:n][mask], {k: v[:n][mask] for k, v in self.values.items()}
+
+
+def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
+    pos = np.searchsorted(sorted_set, rows)
+    return (pos < len(sorted_set)) & (sorted_set[np.minimum(pos, len(sorted_set) - 1)] == rows)
+
+
+@dataclass
+class Survey:
+    """The first pass over the data (see the module docstring).
+
+    Args:
+        schema: the chunks' schema.
+        source: where the rows came from (the first chunk's ``report.source``).
+        rows: data rows read.
+        scanned: rows kept by ``subsampling``.
+        sample: the reservoir of dense values and labels.
+        dense_distinct: dense feature -> distinct non-NaN values over the scanned rows, counted
+            up to ``dense_bins + 1``.
+        majority: feature -> Misra-Gries (k=1) summary of its codes' values (a value in more
+            than half the rows is its candidate).
+        label: the label checks.
+        seconds: time taken.
+    """
+
+    schema: Schema
+    source: str
+    rows: int
+    scanned: int
+    sample: _Reservoir
+    dense_distinct: dict[str, int]
+    majority: dict[str, MisraGries]
+    label: _LabelCheck
+    seconds: float = 0.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _fraction(chunk: RawData) -> float | None:
+    r = chunk.report
+    return r.bytes_read / r.bytes_total if r.bytes_total else None
+
+
+def survey_chunks(source: ChunkSource, method: OutRankConfig | None = None, *, edge_sample: int = DEFAULT_EDGE_SAMPLE,
+                  on_chunk: Callable[[RawData], None] | None = None, progress: bool = True) -> Survey:
+    """Pass 1 over ``source`` (``on_chunk`` also sees every chunk, all rows: the quality
+    profile reads the data in the same pass)."""
+    method = method or OutRankConfig()
+    t0 = time.perf_counter()
+    survey: Survey | None = None
+    offset = 0
+    cap = (method.dense_bins or 0) + 1
+    distinct: dict[str, np.ndarray | None] = {}
+    with Progress("outrank pass 1/2: survey", enabled=progress) as bar:
+        for chunk in source():
+            if on_chunk is not None:
+                on_chunk(chunk)
+            schema = chunk.schema
+            if survey is None:
+                dense = [s.name for s in schema.features if s.kind is FeatureKind.DENSE]
+                # at most SAMPLE_BYTES of sampled floats: all of edge_sample rows at Criteo's width
+                kept = rows_within(SAMPLE_BYTES, 8 * (len(dense) + 1), edge_sample)
+                survey = Survey(schema, chunk.report.source, 0, 0, _Reservoir(kept, [*dense, _LABEL], method.seed),
+                                {}, {s.name: MisraGries(1) for s in schema.features}, _LabelCheck())
+                distinct = {n: np.empty(0) for n in dense}
+            rows = offset + np.arange(len(chunk.frame), dtype=np.int64)
+            keep = rows % method.subsampling == 0
+            frame = chunk.frame[keep]
+            label = frame[schema.label]
+            survey.label.add(label)
+            values = {_LABEL: pd.to_numeric(label, errors="coerce").to_numpy(dtype=np.float64)}
+            for s in schema.features:
+                col = feature_cells(frame, s)
+                survey.majority[s.name].add_counts(code_values(col, s).value_counts(dropna=False, sort=False))
+                if s.kind is FeatureKind.DENSE:
+                    x = values[s.name] = dense_values(col)
+                    seen = distinct[s.name]
+                    if seen is not None and method.dense_bins is not None:
+                        seen = np.union1d(seen, np.unique(x[~np.isnan(x)]))
+                        distinct[s.name] = seen if len(seen) <= cap else None
+            survey.sample.add(rows[keep], values)
+            survey.rows += len(chunk.frame)
+            survey.scanned += len(frame)
+            offset += len(chunk.frame)
+            bar.update(len(chunk.frame), _fraction(chunk))
+    if survey is None:
+        raise DataError("no data rows")
+    survey.dense_distinct = {n: cap if v is None else len(v) for n, v in distinct.items()}
+    survey.seconds = time.perf_counter() - t0
+    return survey
+
+
+@dataclass
+class _Plan:
+    """What the scoring pass needs, from the survey."""
+
+    selected: np.ndarray | None  # sorted row numbers of a max_rows selection (None: every kept row)
+    n: int  # rows scored (before the trailing-batch rule)
+    edges: dict[str, np.ndarray | None]  # binned dense features -> edges
+    label_edges: np.ndarray | None
+    pair_excluded: set[str]  # features constant over every scanned row
+    candidates: dict[str, Any]  # unbinned feature -> majority candidate (absent: none)
+
+
+def _plan(survey: Survey, method: OutRankConfig) -> _Plan:
+    selected = None
+    n = survey.scanned
+    if method.max_rows is not None and n > method.max_rows:  # score_raw's _select_rows, without its arange
+        rng = np.random.default_rng([method.seed, 1])
+        selected = np.sort(rng.choice(n, size=method.max_rows, replace=False)) * method.subsampling
+        n = method.max_rows
+    _, sample = survey.sample.restricted(selected)
+    edges: dict[str, np.ndarray | None] = {}
+    for s in survey.schema.features:
+        if s.kind is not FeatureKind.DENSE or method.dense_bins is None:
+            continue
+        x = sample[s.name]
+        # the survey's count (capped at dense_bins + 1) covers every scanned row; a max_rows
+        # selection of a complete sample counts its own rows
+        count = len(np.unique(x[~np.isnan(x)])) if survey.sample.complete and selected is not None else survey.dense_distinct[s.name]
+        if count > method.dense_bins:
+            edges[s.name] = quantile_edges(x, int(method.dense_bins))
+    label_edges = None
+    if method.target_bins is not None:
+        label_edges = quantile_edges(sample[_LABEL], int(method.target_bins))
+    excluded, candidates = set(), {}
+    for s in survey.schema.features:
+        top = survey.majority[s.name].top()
+        if s.name in edges:
+            if survey.sample.complete:
+                b = bin_codes(sample[s.name], edges[s.name])
+                if len(np.unique(b)) <= 1:
+                    excluded.add(s.name)
+            continue
+        if top is not None:
+            candidates[s.name] = top[0]
+            if top[1] == survey.scanned:
+                excluded.add(s.name)
+    return _Plan(selected, n, edges, label_edges, excluded, candidates)
+
+
+def _label_batch(col: pd.Series, plan: _Plan, method: OutRankConfig) -> np.ndarray:
+    """Label codes of one batch (as ``label_codes``; a relabelling of them scores the same)."""
+    if method.target_bins is not None:
+        return factorize(bin_codes(pd.to_numeric(col).to_numpy(dtype=np.float64), plan.label_edges))
+    numeric = pd.to_numeric(col, errors="coerce")
+    return factorize(col if numeric.isna().any() else numeric)
+
+
+def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]],
+            dense_bins: int | None) -> EncodedColumn:
+    if spec.is_vector:
+        return encode_feature(frame, spec, dense_bins)
+    if spec.name in plan.edges:
+        return encode_binned(frame[spec.name], spec, plan.edges[spec.name])
+    if spec.kind is FeatureKind.MULTI_CATEGORICAL:
+        return encode_column(frame[spec.name], spec, vocab=vocabs.setdefault(spec.name, {}))
+    return encode_column(frame[spec.name], spec, None)
+
+
+def _missing_count(values: pd.Series, spec: FeatureSpec) -> int:
+    """Missing cells as :class:`EncodedColumn` counts them (a multi-hot bag without a token)."""
+    if spec.kind is FeatureKind.MULTI_CATEGORICAL:
+        return int((code_values(values, spec).str.replace(spec.separator, "", regex=False) == "").sum())
+    miss = missing_mask(values, spec)
+    if spec.kind is FeatureKind.DENSE:
+        miss |= np.isnan(dense_values(values))
+    return int(miss.sum())
+
+
+def _count_value(values: pd.Series, value: Any) -> int:
+    if isinstance(value, float) and np.isnan(value):
+        return int(values.isna().sum())
+    return int((values == value).sum())
+
+
+class _Rows:
+    """Selected rows waiting for their batch (frames in row order)."""
+
+    def __init__(self) -> None:
+        self.parts: list[pd.DataFrame] = []
+        self.n = 0
+
+    def push(self, frame: pd.DataFrame) -> None:
+        if len(frame):
+            self.parts.append(frame)
+            self.n += len(frame)
+
+    def take(self, k: int) -> pd.DataFrame:
+        out, need = [], k
+        while need:
+            f = self.parts[0]
+            if len(f) <= need:
+                out.append(self.parts.pop(0))
+                need -= len(f)
+            else:
+                out.append(f.iloc[:need])
+                self.parts[0] = f.iloc[need:]
+                need = 0
+        self.n -= k
+        return (pd.concat(out) if len(out) > 1 else out[0]).reset_index(drop=True)
+
+
+def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pairs: bool | None = None,
+                 survey: Survey | None = None, edge_sample: int = DEFAULT_EDGE_SAMPLE,
+                 progress: bool = True) -> OutRankScores:
+    """:func:`~selection.model_free.outrank_scoring.score_raw` on the rows of ``source``, read in chunks.
+
+    Args:
+        source: the chunk source (called once per pass: twice, once if ``survey`` is given).
+        method: the settings (``minibatch_size``, ``subsampling``, ``max_rows`` ... as in memory).
+        pairs: also compute the pair matrices; default: when ``method.ranking`` is ``combined``.
+        survey: the first pass, when the caller already made it (:func:`survey_chunks`).
+        edge_sample: rows of the sample the dense bin edges come from.
+        progress: show rows and rows/s of each pass.
+
+    Raises:
+        ValueError: the label errors of ``label_codes``; DataError when the data changed
+            between the two passes.
+    """
+    method = method or OutRankConfig()
+    pairs = method.ranking is Ranking.COMBINED if pairs is None else pairs
+    t0 = time.perf_counter()
+    survey = survey or survey_chunks(source, method, edge_sample=edge_sample, progress=progress)
+    plan = _plan(survey, method)
+    schema = survey.schema
+    if (error := survey.label.error(survey.source, schema.label, method, plan.n, _sample_label_bins(survey, plan, method))):
+        raise ValueError(error)
+    specs = list(schema.features)
+    names = [s.name for s in specs]
+    batches = batch_ranges(plan.n, method.batch_rows(schema))
+    pair_ids = pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
+    acc = BatchScores(method, names, [f for f in names if f not in plan.pair_excluded], pair_ids)
+    missing = dict.fromkeys(names, 0)
+    top = dict.fromkeys(names, 0)
+    bins = {f: np.zeros(3 if e is None else len(e) + 2, dtype=np.int64) for f, e in plan.edges.items()}
+    waiting, b, offset, scored = _Rows(), 0, 0, 0
+    vocabs: dict[str, dict[Any, int]] = {}  # multi-hot tokens -> first appearance (see encode_column)
+    columns = [*schema.columns, schema.label]
+    with Progress("outrank pass 2/2: scoring", total=survey.rows, enabled=progress) as bar:
+        for chunk in source():
+            rows = offset + np.arange(len(chunk.frame), dtype=np.int64)
+            keep = rows % method.subsampling == 0
+            if plan.selected is not None:
+                keep &= _member(rows, plan.selected)
+            frame = chunk.frame.loc[keep, columns]
+            offset += len(chunk.frame)
+            scored += len(frame)
+            for s in specs:
+                col = feature_cells(frame, s)
+                missing[s.name] += _missing_count(col, s)
+                if s.name in bins:
+                    bins[s.name] += np.bincount(bin_codes(dense_values(col), plan.edges[s.name]),
+                                                minlength=len(bins[s.name]))
+                elif s.name in plan.candidates:
+                    top[s.name] += _count_value(code_values(col, s), plan.candidates[s.name])
+            if b < len(batches):
+                waiting.push(frame)
+            while b < len(batches) and waiting.n >= batches[b][1] - batches[b][0]:
+                start, stop = batches[b]
+                batch = waiting.take(stop - start)
+                label = _label_batch(batch[schema.label], plan, method)
+                acc.add([_encode(batch, s, plan, vocabs, method.dense_bins) for s in specs], 0, stop - start, label, start)
+                b += 1
+            bar.update(len(chunk.frame), _fraction(chunk))
+    if offset != survey.rows or scored != plan.n or b != len(batches):
+        raise DataError(f"{survey.source}: the data changed between the two passes ({survey.rows} rows, then {offset}); "
+                        "run again once the file is complete")
+    n = plan.n
+    for f, c in bins.items():
+        top[f] = int(c.max())
+    constant = {f for f in names if top[f] == n or (f in bins and np.count_nonzero(bins[f]) <= 1)}
+    near = {f for f in names if f not in constant and top[f] >= NEAR_CONSTANT_SHARE * n}
+    all_missing = {f for f in names if missing[f] == n}
+    scores = acc.finish({s.name: s.kind.value for s in specs}, constant, all_missing, near, pairs,
+                        time.perf_counter() - t0)
+    return scores
+
+
+def _sample_label_bins(survey: Survey, plan: _Plan, method: OutRankConfig) -> np.ndarray | None:
+    """The bins of the sampled labels (for the single-class check of ``target_bins``)."""
+    if method.target_bins is None:
+        return None
+    _, sample = survey.sample.restricted(plan.selected)
+    x = sample[_LABEL]
+    return bin_codes(x, plan.label_edges) if len(x) else None
+
+
+def rank_stream(source: ChunkSource, method: OutRank | None = None, *, edge_sample: int = DEFAULT_EDGE_SAMPLE,
+                progress: bool = True, notes: dict[str, Any] | None = None) -> ImportanceReport:
+    """:func:`selection.model_free.outrank.rank_raw` on the rows of ``source``, read in chunks (two passes);
+    ``notes`` (how the data was read) go to ``extras["streaming"]``."""
+    from selection.model_free.outrank import OutRank, report_from_scores
+
+    method = method or OutRank()
+    t0 = time.perf_counter()
+    survey = survey_chunks(source, method, edge_sample=edge_sample, progress=progress)
+    scores = score_stream(source, method, survey=survey, edge_sample=edge_sample, progress=progress)
+    report = report_from_scores(scores, method, survey.schema, t0)
+    report.extras["streaming"] = {
+        **(notes or {}), "rows_read": survey.rows, "edge_sample": edge_sample, "edge_sample_complete": survey.sample.complete,
+    }
+    return report
