@@ -53,7 +53,7 @@ import pandas as pd
 
 from recsys.data.raw import RawData, ReadReport
 from recsys.data.readers.base import Reader
-from recsys.data.schema import FeatureSpec, Schema
+from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.synthetic.plan import (
     BY_CARDINALITY,
     LEARNABLE_MIN_COUNT,
@@ -126,7 +126,7 @@ class FeatureTruth:
 
     name: str
     role: FeatureRole
-    kind: str
+    kind: FeatureKind
     cardinality: int | None = None
     strength: float = 0.0
     effect: Effect = "none"
@@ -145,13 +145,14 @@ class FeatureTruth:
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
-        out["role"] = self.role.value
+        out["role"], out["kind"] = self.role.value, self.kind.value
         return out
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FeatureTruth:
         known = {f.name for f in fields(cls)}
-        return cls(**{**{k: v for k, v in data.items() if k in known}, "role": FeatureRole(data["role"])})
+        return cls(**{**{k: v for k, v in data.items() if k in known}, "role": FeatureRole(data["role"]),
+                      "kind": FeatureKind(data["kind"])})
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,7 @@ def generate(config: SyntheticConfig | None = None) -> tuple[RawData, GroundTrut
         config=config,
         features=tuple(
             FeatureTruth(
-                name=f.name, role=f.role, kind=f.kind.value, cardinality=f.cardinality, strength=float(f.strength),
+                name=f.name, role=f.role, kind=f.kind, cardinality=f.cardinality, strength=float(f.strength),
                 effect=f.effect, contribution_std=realised(f),
                 learnable_share=learnable_share_of(f, codes, contrib), source=f.source or None, partner=f.partner,
                 copy_rate=f.copy_rate if f.source else None, default=f.default,
