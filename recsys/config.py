@@ -13,7 +13,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["as_spec", "class_path", "from_spec", "optimizer_lr"]
+__all__ = ["as_spec", "class_path", "from_spec", "import_path", "optimizer_lr"]
 
 _PLAIN = (str, int, float, bool, type(None))
 
@@ -59,6 +59,17 @@ def as_spec(value: Any) -> Any:
     return {"class_path": class_path(cls), "init_args": init_args}
 
 
+def import_path(path: str, key: str) -> Any:
+    """The object ``module.Name`` names; a ValueError naming ``key`` when it cannot be imported."""
+    import importlib
+
+    module, _, name = path.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError, ValueError) as e:
+        raise ValueError(f"{key}: cannot import {path!r} ({e})") from e
+
+
 def from_spec(value: Any, key: str) -> Any:
     """The inverse of :func:`as_spec` for a callable plug-in (an optimizer): a ``{"class_path": ...,
     "init_args": {...}}`` becomes ``functools.partial(cls, **init_args)``; a callable is returned
@@ -71,13 +82,7 @@ def from_spec(value: Any, key: str) -> Any:
         return value
     if not isinstance(value, Mapping) or "class_path" not in value:
         raise ValueError(f"{key}: expected a class or {{class_path: ..., init_args: {{...}}}}, got {value!r}")
-    import importlib
-
-    module, _, name = str(value["class_path"]).rpartition(".")
-    try:
-        cls = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError, ValueError) as e:
-        raise ValueError(f"{key}: cannot import {value['class_path']!r} ({e})") from e
+    cls = import_path(str(value["class_path"]), key)
     return functools.partial(cls, **dict(value.get("init_args") or {}))
 
 

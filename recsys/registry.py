@@ -38,7 +38,6 @@ ValueError: model.greeter.init_args: unknown argument(s) ['whom'] of Hello; it t
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -132,11 +131,9 @@ class Registered:
         if path in cls._registry:
             klass: Any = cls._registry[path]
         elif "." in path:
-            module, _, name = path.rpartition(".")
-            try:
-                klass = getattr(importlib.import_module(module), name)
-            except (ImportError, AttributeError) as e:
-                raise ValueError(f"{key}: cannot import {path!r} ({e})") from e
+            from recsys.config import import_path
+
+            klass = import_path(path, key)
         else:
             raise ValueError(f"{key}: unknown {cls.kind} {path!r}; available: {cls.registered_names()} or a class path")
         if not (isinstance(klass, type) and issubclass(klass, cls)):

@@ -6,34 +6,5 @@ The default dataset's public names are importable from here, as configs name the
 (``class_path: recsys.data.synthetic.SyntheticReader``).
 """
 
-from recsys.data.synthetic.planted import (
-    BY_CARDINALITY,
-    LEARNABLE_MIN_COUNT,
-    FeatureRole,
-    FeatureTruth,
-    GroundTruth,
-    SyntheticConfig,
-    SyntheticReader,
-    dim_for_cardinality,
-    generate,
-    heterogeneous_dims,
-    oracle_auc,
-    roc_auc,
-    selection_benchmark_config,
-)
-
-__all__ = [
-    "BY_CARDINALITY",
-    "LEARNABLE_MIN_COUNT",
-    "FeatureRole",
-    "FeatureTruth",
-    "GroundTruth",
-    "SyntheticConfig",
-    "SyntheticReader",
-    "dim_for_cardinality",
-    "generate",
-    "heterogeneous_dims",
-    "oracle_auc",
-    "roc_auc",
-    "selection_benchmark_config",
-]
+from recsys.data.synthetic.planted import *  # noqa: F403  (its public names, as configs and callers name them)
+from recsys.data.synthetic.planted import __all__ as __all__
