@@ -45,6 +45,7 @@ from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.chunking import SAMPLE_BYTES, rows_within
+from recsys.data.streaming.replay import ChunkReplay
 from selection.model_free.column_codes import (
     EncodedColumn,
     arrow_text,
@@ -544,17 +545,22 @@ def _sample_label_bins(survey: Survey, plan: _Plan, method: OutRankConfig) -> np
 
 
 def rank_stream(source: ChunkSource, method: OutRank | None = None, *, edge_sample: int = DEFAULT_EDGE_SAMPLE,
-                progress: bool = True, notes: dict[str, Any] | None = None) -> ImportanceReport:
-    """:func:`selection.model_free.outrank.rank_raw` on the rows of ``source``, read in chunks (two passes);
-    ``notes`` (how the data was read) go to ``extras["streaming"]``."""
+                progress: bool = True, notes: dict[str, Any] | None = None,
+                replay_bytes: int | None = None) -> ImportanceReport:
+    """:func:`selection.model_free.outrank.rank_raw` on the rows of ``source``, read in chunks (two passes:
+    the second reads the first one's parsed copy, :class:`~recsys.data.streaming.replay.ChunkReplay`,
+    of at most ``replay_bytes``; 0: parse twice); ``notes`` (how the data was read) go to
+    ``extras["streaming"]``."""
     from selection.model_free.outrank import OutRank, report_from_scores
 
     method = method or OutRank()
     t0 = time.perf_counter()
-    survey = survey_chunks(source, method, edge_sample=edge_sample, progress=progress)
-    scores = score_stream(source, method, survey=survey, edge_sample=edge_sample, progress=progress)
+    with ChunkReplay(source, replay_bytes) as replay:
+        survey = survey_chunks(replay, method, edge_sample=edge_sample, progress=progress)
+        scores = score_stream(replay, method, survey=survey, edge_sample=edge_sample, progress=progress)
     report = report_from_scores(scores, method, survey.schema, t0)
     report.extras["streaming"] = {
         **(notes or {}), "rows_read": survey.rows, "edge_sample": edge_sample, "edge_sample_complete": survey.sample.complete,
+        "replay": replay.summary(),
     }
     return report
