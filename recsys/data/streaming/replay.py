@@ -3,8 +3,8 @@
 Two-pass methods over raw text (OutRank's survey then scoring, ``salience quality``) would parse
 the file twice; parsing is most of their time. :class:`ChunkReplay` wraps their chunk source:
 its first pass reads the origin and writes each chunk's frame, as parsed, to an Arrow IPC file
-(uncompressed: read back memory-mapped at about the speed of a copy, ~30x faster than parsing
-the text again); a later pass reads those files. The frames a later pass gets equal the origin's
+(uncompressed: written and read back memory-mapped at about the speed of a copy, a small part
+of parsing the text again); a later pass reads those files. The frames a later pass gets equal the origin's
 (values, dtypes, index; the readers' per-chunk reports are replayed with their byte positions,
 for progress bars).
 
