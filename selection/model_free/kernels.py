@@ -132,18 +132,6 @@ def _cond_xlogx_kernel(x: np.ndarray, y: np.ndarray, ny: np.ndarray, kx: int, of
 
 
 @_jit
-def _distinct_kernel(x: np.ndarray, marks: np.ndarray) -> int:  # pragma: no cover - compiled
-    k = 0
-    for i in range(x.shape[0]):
-        if marks[x[i]] == 0:
-            marks[x[i]] = 1
-            k += 1
-    for i in range(x.shape[0]):
-        marks[x[i]] = 0
-    return k
-
-
-@_jit
 def _first_appearance_kernel(x: np.ndarray, marks: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     out = np.empty(x.shape[0], dtype=np.int64)
     k = 0
@@ -210,7 +198,7 @@ def cond_xlogx(x: np.ndarray, y: np.ndarray, ny: np.ndarray, offsets: list[int] 
 
 def distinct_count(x: np.ndarray) -> int:
     """Distinct values among N >= 1 non-negative int64 codes ``x``."""
-    return int(_distinct_kernel(x, _scratch("marks", int(x.max()) + 1)))
+    return int(first_appearance(x).max()) + 1
 
 
 def first_appearance(x: np.ndarray) -> np.ndarray:
