@@ -508,11 +508,12 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 elif s.name in plan.candidates:
                     top[s.name] += col.count(plan.candidates[s.name], new)
             label = _label_chunk(frame[schema.label], plan, method) if b < len(batches) else None
+            by_batch = label is None or None in coded.values()  # something coded from the batch's own rows
             at = 0
             while b < len(batches) and len(frame) - at >= batches[b][1] - batches[b][0]:
                 start, stop = batches[b]
                 part = slice(at, at + stop - start)
-                batch = frame.iloc[part].reset_index(drop=True)
+                batch = frame.iloc[part].reset_index(drop=True) if by_batch else frame
                 y = _label_batch(batch[schema.label], plan, method) if label is None else first_appearance(label[part])
                 cols = [_encode(batch, s, plan, vocabs, method.dense_bins) if (c := coded[s.name]) is None
                         else c.batch(s, part) for s in specs]
