@@ -68,6 +68,10 @@ def _file_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sample-seed", type=int, default=0, help="seed of --sample")
     parser.add_argument("--edge-sample", type=int, default=1_000_000, metavar="N",
                         help="rows of the seeded sample OutRank's dense bin edges come from (exact below this)")
+    parser.add_argument("--replay-bytes", type=int, default=None, metavar="N",
+                        help="the most bytes of the parsed copy the second pass reads instead of parsing the file "
+                             "again (in the temporary folder, TMPDIR; about 2x the text; default: half the free "
+                             "space, at most 16 GiB; 0: parse twice)")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="drop rows with the wrong number of fields (counted, with their line numbers) instead of stopping")
     parser.add_argument("--in-memory", action="store_true", help="read each file whole instead of in chunks")
@@ -95,6 +99,8 @@ def _sources(args: argparse.Namespace) -> list[tuple[str, Any, dict[str, Any]]]:
 
     if args.chunk_rows is not None and args.chunk_rows < 1:
         raise SystemExit(f"--chunk-rows must be >= 1, got {args.chunk_rows}")
+    if args.replay_bytes is not None and args.replay_bytes < 0:
+        raise SystemExit(f"--replay-bytes must be >= 0 (0: parse the file again for the second pass), got {args.replay_bytes}")
     notes = {"chunk_rows": args.chunk_rows if args.chunk_rows is not None else "by bytes"}
     if args.sample is not None or args.sample_rows is not None:
         notes["sample"] = {"fraction": args.sample, "max_rows": args.sample_rows, "seed": args.sample_seed}
@@ -182,7 +188,7 @@ def _rank_files(args: argparse.Namespace) -> int:
             report = method.rank_raw(read_raw_file(path, args.format, args.label, args.schema, args.skip_bad_rows))
         else:
             report = rank_stream(source, method, edge_sample=args.edge_sample, progress=not args.no_progress,
-                                 notes=notes)
+                                 notes=notes, replay_bytes=args.replay_bytes)
         name = Path(path).name.split(".")[0]
         default = Path("runs") / "rank" / f"{name}-outrank.json"
         out = Path(args.output if args.output and len(args.data) == 1 else
@@ -357,7 +363,8 @@ def quality_main(argv: Sequence[str]) -> int:
         reports = [
             data_quality_stream(source, sketch=args.sketch, sketch_threshold=args.sketch_threshold,
                                 **({} if args.exact_entries is None else {"exact_entries": args.exact_entries}),
-                                edge_sample=args.edge_sample, progress=not args.no_progress, notes=notes)
+                                edge_sample=args.edge_sample, progress=not args.no_progress, notes=notes,
+                                replay_bytes=args.replay_bytes)
             for _, source, notes in _sources(args)
         ]
     for report in reports:

@@ -6,7 +6,7 @@
     python -m experiments.benchmarks.dims --render experiments/results/dims.json   # re-derive verdicts and .md
 
 For every (dataset, backbone) run (Frappe, Criteo head-10k and MovieLens-100K with DCNv2,
-Criteo head-10k with DLRM too; the committed configs with fewer epochs, see ``RUNS``) and every
+Criteo head-10k with DLRM too; the committed configs, every fit to its early stopping, see ``RUNS``) and every
 seed, one process trains:
 
 * **uniform-4, -8, -16**: every feature at one dim (uniform-16 is the reference);
@@ -54,18 +54,15 @@ TARGETS = {
 UNIFORM_DIMS = (4, 8, 16)
 REFERENCE_DIM = 16
 METHODS = tuple(f"uniform-{d}" for d in UNIFORM_DIMS) + ("mde", "dnis", "ihas")
-#: (dataset, arch) -> committed config and overrides: Frappe and MovieLens train every fit to the
-#: config's early stopping on validation AUC (the converged uniform models); the Criteo runs keep
-#: a 3-epoch budget and are marked "under budget"
+#: (dataset, arch) -> committed config and overrides: every fit trains to the config's early
+#: stopping on validation AUC (the converged uniform models)
 RUNS: dict[str, dict[str, Any]] = {
     "frappe/dcnv2": {"dataset": "frappe", "arch": "dcnv2", "config": "frappe_dcnv2.yaml",
                      "overrides": ["--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
-    "criteo/dcnv2": {"dataset": "criteo", "arch": "dcnv2", "config": "criteo_dcnv2.yaml",
-                     "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
+    "criteo/dcnv2": {"dataset": "criteo", "arch": "dcnv2", "config": "criteo_dcnv2.yaml", "overrides": []},
     "movielens/dcnv2": {"dataset": "movielens", "arch": "dcnv2", "config": "movielens_dcnv2.yaml",
                         "overrides": ["--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
-    "criteo/dlrm": {"dataset": "criteo", "arch": "dlrm", "config": "criteo_dlrm.yaml",
-                    "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
+    "criteo/dlrm": {"dataset": "criteo", "arch": "dlrm", "config": "criteo_dlrm.yaml", "overrides": []},
 }
 #: search settings (small searches; their plans are retrained as every other model is)
 DNIS_OPTIONS: dict[str, Any] = {"warm_start_epochs": 1, "search_epochs": 2}

@@ -24,7 +24,11 @@ fresh process of its own so that its peak RSS is its own:
 
 Also, once on the smallest size: reading the file with each installed columnar engine
 (``engines``: our block reader, ``pyarrow.csv.open_csv``, ``pyarrow.dataset``, and polars and
-DuckDB when installed: ``pip install -e .[bench]``).
+DuckDB when installed: ``pip install -e .[bench]``; the parse-only floor), and the ``outrank``
+package beside ours (``package``, :mod:`experiments.benchmarks._outrank_package`, in a venv of
+its own: its CLI on the same rows, relevance only, and its scoring kernel against ours on the
+same codes; ``--no-package`` skips it). ``--cores 1,2,all`` reruns ``prepare``, ``quality`` and
+``outrank`` pinned to the first N cores (the cores axis).
 
 Committed command (writes ``scale.{json,md,png}`` to ``--output-dir``)::
 
@@ -74,12 +78,19 @@ _EXTRA_TEXT = {
                   "of the timed steps.",
 }
 ENGINES = ("blocks", "open_csv", "dataset", "polars", "duckdb")
+#: the steps of the cores axis (``--cores``)
+CORE_STEPS = ("prepare", "quality", "outrank")
+#: thread-pool sizes a child on ``--cores K`` sets to K (numba, OpenMP/BLAS, polars)
+_THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
+                     "POLARS_MAX_THREADS")
 TARGETS = {
     "completes_at_rows": 45_000_000,
     "peak_rss_ratio_vs_1m": 1.5,
     "prepare_rows_per_s": 300_000,
     "outrank_rows_per_s": 500_000,
     "train_samples_per_s_within": 0.10,
+    "package_ratio": 5.0,  # OutRank relevance against the `outrank` package's CLI, same file
+    "cores_ratio": 6.0,  # preparation and OutRank on 16+ cores against 2
 }
 QUICK_ROWS, QUICK_STEPS, QUICK_WARMUP = (20_000,), 5, 2
 
@@ -386,16 +397,22 @@ def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) ->
     return out
 
 
-def _run_child(step: str, path: Path, work: Path, args: argparse.Namespace, engine: str | None = None) -> dict[str, Any]:
-    """``measure_step`` in a fresh Python process (its own peak RSS); a failure is recorded, not raised."""
+def _run_child(step: str, path: Path, work: Path, args: argparse.Namespace, engine: str | None = None,
+               cores: int | None = None) -> dict[str, Any]:
+    """``measure_step`` in a fresh Python process (its own peak RSS), on the first ``cores`` cores
+    when given; a failure is recorded, not raised."""
     cmd = [sys.executable, "-m", "experiments.benchmarks.scale", "_step", step, "--file", str(path), "--work", str(work),
            "--rows", str(args.size_rows),
            "--batch-size", str(args.batch_size), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--pipeline-steps", str(args.pipeline_steps), *(["--resume-pipeline"] if args.resume_pipeline else [])]
     if engine is not None:
         cmd += ["--engine", engine]
-    log.info("%s%s on %s", step, f" ({engine})" if engine else "", path.name)
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    env = dict(os.environ)
+    if cores is not None:
+        cmd += ["--cores", str(cores)]
+        env.update({v: str(cores) for v in _THREAD_VARIABLES})
+    log.info("%s%s on %s%s", step, f" ({engine})" if engine else "", path.name, f", {cores} core(s)" if cores else "")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2], env=env)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-5:]
@@ -431,10 +448,35 @@ def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool,
     if engines:
         entry["engines"] = {e: _run_child("engine", path, step_work, args, engine=e) for e in ENGINES}
         publish(entry)
+    if engines and not args.no_package:
+        entry["package"] = _package_rows(path, step_work, rows)
+        publish(entry)
+    for cores in args.cores_list:
+        entry.setdefault("cores", {})[str(cores)] = {
+            step: _run_child(step, path, step_work, args, cores=cores) for step in CORE_STEPS if step in args.steps_list}
+        publish(entry)
     if not args.keep_data:
         path.unlink(missing_ok=True)
         shutil.rmtree(step_work, ignore_errors=True)
     return entry
+
+
+def _package_rows(path: Path, work: Path, rows: int) -> dict[str, Any]:
+    """The ``outrank`` package on the same file: its CLI (all cores) and the kernels alone."""
+    from experiments.benchmarks import _outrank_package as package
+
+    try:
+        package.ensure_venv()
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
+        return {"error": f"{package.PACKAGE} could not be installed in {package.VENV}: {e}"}
+    folder = package.write_csv(path, work / "outrank-package")
+    out: dict[str, Any] = {"version": package.PACKAGE, "cli": package.run_cli(folder, work / "outrank-package-out",
+                                                                            os.cpu_count() or 1, rows)}
+    folder.joinpath("data.csv").unlink()
+    codes = package.encode_batches(path, work / "codes.npz", max_rows=min(rows, 1_000_000))
+    out["kernels"] = package.time_kernels(codes)
+    codes.unlink()
+    return out
 
 
 def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -470,6 +512,25 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
         if rates:
             out[f"{name}_rows_per_s"] = {"min": min(rates), "target": TARGETS[key],
                                          "verdict": "met" if min(rates) >= TARGETS[key] else "NOT met"}
+    with_package = next((s for s in sizes if (s.get("package") or {}).get("cli", {}).get("rows_per_s")), None)
+    if with_package and step(with_package, "outrank").get("rows_per_s"):
+        ours, theirs = float(step(with_package, "outrank")["rows_per_s"]), float(with_package["package"]["cli"]["rows_per_s"])
+        out["package_ratio"] = {"ours": ours, "package": theirs, "ratio": round(ours / theirs, 2),
+                                "verdict": "met" if ours >= TARGETS["package_ratio"] * theirs else "NOT met"}
+    ratios = {}
+    for size in sizes:
+        by_cores = {int(k): v for k, v in (size.get("cores") or {}).items()}
+        many = max(by_cores, default=0)
+        if 2 in by_cores and many >= 16:
+            for name in ("prepare", "outrank"):
+                base, fast = by_cores[2].get(name, {}).get("rows_per_s"), by_cores[many].get(name, {}).get("rows_per_s")
+                if base and fast:
+                    ratio = float(fast) / float(base)
+                    ratios[f"{name} ({size['rows']:,} rows)"] = {
+                        "many": many, "base": base, "fast": fast, "ratio": round(ratio, 2),
+                        "verdict": "met" if ratio >= TARGETS["cores_ratio"] else "NOT met"}
+    if ratios:
+        out["cores_ratio"] = ratios
     first, last = step(small, "train").get("samples_per_s"), step(large, "train").get("samples_per_s")
     if first and last and large is not small:
         ratio = float(last) / float(first)
@@ -526,6 +587,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                 lines.append(f"| {name} | - | {m['error'][:70]} | - |")
             else:
                 lines.append(f"| {name} | {m['seconds']} | {m.get('rows_per_s', 0):,.0f} | {m['peak_rss_mb']:,.0f} |")
+    lines += _package_lines(result) + _cores_lines(result)
     lines += ["", "## Targets", "", "| target | result | verdict |", "|---|---|---|"]
     v = result["verdicts"]
     c = v["completes"]
@@ -540,12 +602,59 @@ def to_markdown(result: dict[str, Any]) -> str:
         r = v.get(f"{name}_rows_per_s")
         if r:
             lines.append(f"| {name} >= {r['target']:,} rows/s | slowest size {r['min']:,.0f} rows/s | {r['verdict']} |")
+    r = v.get("package_ratio")
+    if r:
+        lines.append(f"| OutRank relevance >= {TARGETS['package_ratio']}x the `outrank` package on the same file | "
+                     f"{r['ours']:,.0f} vs {r['package']:,.0f} rows/s (x{r['ratio']}, one run each) | {r['verdict']} |")
+    for name, r in v.get("cores_ratio", {}).items():
+        lines.append(f"| {name} on {r['many']} cores >= {TARGETS['cores_ratio']}x its 2-core speed | "
+                     f"{r['fast']:,.0f} vs {r['base']:,.0f} rows/s (x{r['ratio']}) | {r['verdict']} |")
     r = v.get("train_samples_per_s")
     if r:
         lines.append(f"| train samples/s at largest within 10% of smallest | {r['large']:,.0f} vs {r['small']:,.0f} "
                      f"(x{r['ratio']}) | {r['verdict']} |")
     lines += ["", "![cost and memory against rows](scale.png)", ""]
     return "\n".join(lines)
+
+
+def _package_lines(result: dict[str, Any]) -> list[str]:
+    size = next((s for s in result["sizes"] if s.get("package")), None)
+    if size is None:
+        return []
+    package = size["package"]
+    if "error" in package:
+        return ["", f"The `outrank` package: {package['error']}"]
+    lines = ["", f"The `{package['version']}` package beside ours on the same {size['rows']:,}-row file "
+             "(relevance only; its CLI reads a comma-separated copy with a header, made before its clock starts, "
+             "and runs on every core; wall time includes its imports):", "",
+             "| run | wall s | rows/s | peak RSS MB |", "|---|---:|---:|---:|"]
+    ours = size["steps"].get("outrank") or {}
+    if "rows_per_s" in ours:
+        lines.append(f"| ours: `salience rank --method outrank` | {ours['seconds']} | {ours['rows_per_s']:,.0f} | "
+                     f"{ours['peak_rss_mb']:,.0f} |")
+    cli = package["cli"]
+    lines.append(f"| package: `outrank --task ranking` ({cli.get('threads', '?')} threads) | "
+                 + (f"- | failed: {cli['error'][:70]} | - |" if "error" in cli else
+                    f"{cli['seconds']} | {cli['rows_per_s']:,.0f} | {cli['peak_rss_mb']:,.0f} |"))
+    lines += ["", "The scoring kernels alone, one thread, the same integer codes (every feature of every "
+              f"{2**14:,}-row batch):", "", "| kernel | seconds | rows/s |", "|---|---:|---:|"]
+    for name, m in package.get("kernels", {}).items():
+        lines.append(f"| {name} | - | failed: {m['error'][:70]} |" if "error" in m else
+                     f"| {name} | {m['seconds']} | {m['rows_per_s']:,.0f} |")
+    return lines
+
+
+def _cores_lines(result: dict[str, Any]) -> list[str]:
+    rows = [(s["rows"], int(k), step, m) for s in result["sizes"] for k, steps in (s.get("cores") or {}).items()
+            for step, m in steps.items()]
+    if not rows:
+        return []
+    lines = ["", "By cores (each run pinned to the first N cores, its thread pools sized N):", "",
+             "| rows | cores | step | wall s | rows/s | peak RSS MB |", "|---:|---:|---|---:|---:|---:|"]
+    for n, k, step, m in sorted(rows, key=lambda r: (r[0], r[2], r[1])):
+        lines.append(f"| {n:,} | {k} | {step} | - | failed: {m['error'][:60]} | - |" if "error" in m else
+                     f"| {n:,} | {k} | {step} | {m['seconds']} | {m.get('rows_per_s', 0):,.0f} | {m['peak_rss_mb']:,.0f} |")
+    return lines
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -587,6 +696,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     child.add_argument("--engine", default=None)
     child.add_argument("--count-only", action="store_true")
     child.add_argument("--rows", type=int, default=0, help="rows of --file")
+    child.add_argument("--cores", type=int, default=None, help="run on the first N cores")
     for p in (parser, child):
         p.add_argument("--batch-size", type=int, default=2048)
         p.add_argument("--steps", type=int, default=200, help="timed training steps")
@@ -602,6 +712,11 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
                                                        "another name, so its rows are not mixed with these)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-engines", action="store_true", help="skip the engine comparison")
+    parser.add_argument("--no-package", action="store_true",
+                        help="skip the `outrank` package beside ours (its CLI and kernels; installed in .cache/outrank/venv)")
+    parser.add_argument("--cores", default="",
+                        help=f"comma-separated core counts (or `all`) to rerun {', '.join(CORE_STEPS)} on, each pinned "
+                             "to the first N cores (default: none; the steps above use every core)")
     parser.add_argument("--work-dir", type=Path, default=None, help="where the data and shards go (default: a temp dir; with --keep-data, files there are reused)")
     parser.add_argument("--keep-data", action="store_true", help="keep each size's file and shards")
     parser.add_argument("--merge", action="store_true",
@@ -620,6 +735,8 @@ def main(argv: list[str] | None = None) -> int:
         print(args.out)
         return 0
     if args.command == "_step":
+        if args.cores is not None:
+            os.sched_setaffinity(0, set(sorted(os.sched_getaffinity(0))[:args.cores]))
         print(json.dumps(measure_step(args.step, args.file.resolve(), args.work.resolve(), args)))
         return 0
     if args.render is not None:
@@ -635,6 +752,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.steps, args.warmup, args.pipeline_steps = QUICK_STEPS, QUICK_WARMUP, QUICK_STEPS
     args.steps_list = [s.strip() for s in args.only.split(",") if s.strip()]
+    args.cores_list = _core_counts(args.cores)
     unknown = sorted(set(args.steps_list) - set(STEPS + EXTRA_STEPS))
     if unknown:
         raise SystemExit(f"--only: unknown step(s) {unknown}; of: {', '.join(STEPS + EXTRA_STEPS)}")
@@ -679,6 +797,21 @@ def main(argv: list[str] | None = None) -> int:
     _write(result, args.output_dir, name)
     print(to_markdown(result))
     return 0
+
+
+def _core_counts(text: str) -> list[int]:
+    """``--cores``: distinct counts up to this machine's cores (``all``: every core)."""
+    have = len(os.sched_getaffinity(0))
+    counts: list[int] = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        n = have if item == "all" else int(item) if item.isdigit() else 0
+        if not 1 <= n:
+            raise SystemExit(f"--cores: {item!r} is not a positive core count or `all`")
+        if n > have:
+            log.warning("--cores %d: this machine has %d; skipped", n, have)
+        elif n not in counts:
+            counts.append(n)
+    return counts
 
 
 def _write(result: dict[str, Any], out: Path, name: str) -> None:

@@ -20,15 +20,18 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recsys.data.raw import RawData
 from recsys.data.schema import FeatureKind, FeatureSpec
+from selection.model_free import kernels
 from selection.model_free.mutual_info import factorize
 
 __all__ = [
-    "EMPTY_BAG", "EncodedColumn", "bin_codes", "code_values", "crossfit_projection", "dense_values", "encode_binned",
+    "EMPTY_BAG", "EncodedColumn", "arrow_text", "bin_codes", "code_values", "crossfit_projection", "dense_values", "encode_binned",
     "encode_column", "encode_feature", "encode_vector", "feature_cells", "label_codes", "missing_mask", "quantile_edges",
-    "vector_keys",
+    "text_codes", "vector_keys",
 ]
 
 #: the token an empty multi-hot bag is scored as
@@ -80,14 +83,44 @@ class EncodedColumn:
         return self.token_codes[lo:hi], label[self.token_rows[lo:hi]]  # type: ignore[index]
 
 
+def arrow_text(values: pd.Series) -> pa.Array | None:
+    """The pyarrow array (one chunk) behind an arrow-backed text column, else None."""
+    dtype = values.dtype
+    text = (isinstance(dtype, pd.StringDtype) and dtype.storage == "pyarrow") or (
+        isinstance(dtype, pd.ArrowDtype) and pa.types.is_string(dtype.pyarrow_dtype) or
+        isinstance(dtype, pd.ArrowDtype) and pa.types.is_large_string(dtype.pyarrow_dtype))
+    if not text:
+        return None
+    arr = pa.array(values.array)
+    return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
+
+
+def text_codes(arr: pa.Array, spec: FeatureSpec | None = None) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """``(codes, missing, values)`` of a text column by pyarrow's kernels: what
+    :func:`missing_mask` and :func:`factorize` of :func:`code_values` give (missing: null, ``""``
+    or ``spec.missing_value``; null and ``""`` one code, in order of first appearance), and the
+    value of each code."""
+    missing = pc.or_(pc.is_null(arr), pc.equal(arr, ""))
+    if spec is not None and isinstance(spec.missing_value, str):
+        missing = pc.or_(missing, pc.equal(arr, spec.missing_value))
+    coded = pc.dictionary_encode(pc.fill_null(arr, ""))
+    return (coded.indices.to_numpy(zero_copy_only=False).astype(np.int64),
+            pc.fill_null(missing, True).to_numpy(zero_copy_only=False), coded.dictionary)
+
+
 def missing_mask(values: pd.Series, spec: FeatureSpec | None = None) -> np.ndarray:
     """Missing cells: NaN/None, an empty string, or ``spec.missing_value``."""
     miss = np.array(values.isna().to_numpy(), dtype=bool)
     if values.dtype == object or pd.api.types.is_string_dtype(values.dtype):
-        miss |= (values == "").to_numpy()
+        miss |= _equal(values, "")
     if spec is not None and spec.missing_value is not None:
-        miss |= (values == spec.missing_value).to_numpy()
+        miss |= _equal(values, spec.missing_value)
     return miss
+
+
+def _equal(values: pd.Series, value: Any) -> np.ndarray:
+    """``values == value`` as a bool array (a ``<NA>`` cell, which compares as ``<NA>``: False)."""
+    return np.asarray((values == value).fillna(False), dtype=bool)
 
 
 def quantile_edges(x: np.ndarray, bins: int) -> np.ndarray | None:
@@ -104,6 +137,8 @@ def bin_codes(x: np.ndarray, edges: np.ndarray | None) -> np.ndarray:
     edges, NaN ``len(edges) + 1``; without edges ``0, 1, 2`` for ``-inf``, NaN, ``+inf``."""
     if edges is None:
         return (np.where(np.isnan(x), 0, np.sign(x)) + 1).astype(np.int64)
+    if kernels.compiled(len(edges) + 2, len(x)):
+        return kernels.bin_codes(x, edges)
     codes = np.searchsorted(edges, x, side="right").astype(np.int64)
     codes[np.isnan(x)] = len(edges) + 1
     return codes

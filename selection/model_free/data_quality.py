@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from recsys.data.raw import RawData
 from recsys.data.schema import FeatureKind, FeatureSpec
-from selection.model_free.column_codes import feature_cells
+from selection.model_free.column_codes import arrow_text, feature_cells, text_codes
 from selection.model_free.outrank import OutRank, Ranking, missing_mask, score_raw
 
 if TYPE_CHECKING:
@@ -251,6 +252,8 @@ def count_values(values: pd.Series, spec: FeatureSpec, sort: bool = True) -> tup
     holding each token (a token repeated in one bag counts once) and an empty bag is missing.
     ``sort=False``: the values in order of first appearance."""
     values = values.reset_index(drop=True)
+    if not sort and spec.kind is FeatureKind.CATEGORICAL and (arr := arrow_text(values)) is not None:
+        return _text_counts(arr, spec)
     missing = missing_mask(values, spec)
     if spec.kind is FeatureKind.MULTI_CATEGORICAL:
         cells = values.where(~missing, "").astype(str)
@@ -263,6 +266,15 @@ def count_values(values: pd.Series, spec: FeatureSpec, sort: bool = True) -> tup
     if spec.kind is FeatureKind.DENSE:
         present = pd.to_numeric(present, errors="coerce")
     return missing, present.value_counts(dropna=True, sort=sort)
+
+
+def _text_counts(arr: pa.Array, spec: FeatureSpec) -> tuple[np.ndarray, pd.Series]:
+    """:func:`count_values` (``sort=False``) of arrow-backed text, by pyarrow's kernels."""
+    codes, missing, values = text_codes(arr, spec)
+    counts = np.bincount(codes[~missing], minlength=len(values))
+    seen = np.flatnonzero(counts)  # codes in order of first appearance: the present ones keep it
+    present = values.take(pa.array(seen)).to_pandas() if len(seen) < len(values) else values.to_pandas()
+    return missing, pd.Series(counts[seen], index=pd.Index(present), dtype=np.int64)
 
 
 def quality_row(spec: FeatureSpec, n: int, n_missing: int, counts: pd.Series | None, *,

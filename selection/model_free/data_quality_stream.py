@@ -26,6 +26,7 @@ import pandas as pd
 
 from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureSpec, Schema
+from recsys.data.streaming.replay import ChunkReplay
 from selection.model_free.column_codes import feature_cells
 from selection.model_free.data_quality import FeatureQuality, QualityReport, count_values, quality_row, with_scores
 from selection.model_free.outrank import OutRank
@@ -172,6 +173,7 @@ def data_quality_stream(
     edge_sample: int = DEFAULT_EDGE_SAMPLE,
     progress: bool = True,
     notes: dict[str, Any] | None = None,
+    replay_bytes: int | None = None,
 ) -> QualityReport:
     """:func:`~selection.model_free.data_quality.data_quality` of the rows of ``source``, read in chunks.
 
@@ -188,12 +190,22 @@ def data_quality_stream(
         edge_sample: rows of the sample OutRank's dense bin edges come from.
         progress: show rows and rows/s of each pass.
         notes: recorded in ``report.notes`` (how the data was read).
+        replay_bytes: the most bytes of the first pass's parsed copy, which the scoring pass
+            reads instead of parsing again (:class:`~recsys.data.streaming.replay.ChunkReplay`;
+            None: half the free temporary disk space, at most 16 GiB; 0: parse twice).
     """
     profile = _Profile(sketch, sketch_threshold, 0, exact_entries)
     method = outrank or OutRank(ranking=Ranking.RELEVANCE, progress=False)
+    with ChunkReplay(source, replay_bytes if score else 0) as replay:
+        return _quality(replay, profile, method, score, edge_sample, progress, notes)
+
+
+def _quality(replay: ChunkReplay, profile: _Profile, method: OutRankConfig, score: bool, edge_sample: int,
+             progress: bool, notes: dict[str, Any] | None) -> QualityReport:
+    source = replay.origin
     survey = None
     if score:
-        survey = survey_chunks(source, method, edge_sample=edge_sample, on_chunk=profile.add, progress=progress)
+        survey = survey_chunks(replay, method, edge_sample=edge_sample, on_chunk=profile.add, progress=progress)
     else:
         from recsys.data.progress import Progress
 
@@ -212,13 +224,14 @@ def data_quality_stream(
     error: str | None = None
     if survey is not None:
         try:
-            scores = score_stream(source, method, pairs=False, survey=survey, progress=progress)
+            scores = score_stream(replay, method, pairs=False, survey=survey, progress=progress)
         except DataError:
             raise
         except ValueError as e:
             error = str(e)
         else:
             rows, scoring = with_scores(rows, scores, method)
+        notes = {**(notes or {}), "replay": replay.summary()}
     labels = profile.labels.astype(np.int64).sort_index()
     return QualityReport(
         source=profile.source,

@@ -21,8 +21,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from selection.model_free import kernels
+
 __all__ = [
-    "NullModel", "conditional_entropy", "distinct_count", "entropy", "factorize", "outrank_score", "pair_codes", "plain_mi",
+    "NullModel", "conditional_entropy", "distinct_count", "entropy", "factorize", "first_appearance", "outrank_score", "pair_codes", "plain_mi",
     "rotation_significance",
 ]
 
@@ -45,6 +47,15 @@ def factorize(values: pd.Series | np.ndarray | Sequence[Any]) -> np.ndarray:
     codes, _ = pd.factorize(pd.Series(values, copy=False) if not isinstance(values, pd.Series) else values,
                             use_na_sentinel=False)
     return np.asarray(codes, dtype=np.int64)
+
+
+def first_appearance(x: np.ndarray) -> np.ndarray:
+    """Non-negative integer codes relabelled ``0..K-1`` in order of first appearance (int64):
+    :func:`factorize` of integer codes, by the compiled kernel where it runs."""
+    x = np.asarray(x, dtype=np.int64)
+    if x.size and kernels.compiled(int(x.max()) + 1, len(x)):
+        return kernels.first_appearance(x)
+    return factorize(x)
 
 
 def _xlogx(counts: np.ndarray) -> float:
@@ -72,6 +83,8 @@ def distinct_count(x: np.ndarray) -> int:
     if x.size == 0:
         return 0
     top = int(x.max()) + 1
+    if kernels.compiled(top, len(x)):
+        return kernels.distinct_count(x)
     if top <= max(4 * len(x), 1 << 16):
         return int(np.count_nonzero(np.bincount(x, minlength=top)))
     return len(np.unique(x))
@@ -147,6 +160,9 @@ def outrank_score(x: np.ndarray, y: np.ndarray, null: NullModel | str = "package
     if NullModel(null) is NullModel.ROTATION:
         together = _rotation_entropies(x, y, ny, rotations)
         return (float(together[1:].mean()) - float(together[0])) / n
+    if kernels.compiled(len(ny) * (int(x.max()) + 1), n):  # N H(X|Y) = xlogx(ny) - xlogx(joint): the first cancels
+        plain, shifted_sum = kernels.cond_xlogx(x, y, ny)
+        return float(plain - shifted_sum) / n
     shifted = x[(np.arange(n, dtype=np.int64) + ny[y]) % n]
     return (_n_cond_entropy(shifted, y, ny) - _n_cond_entropy(x, y, ny)) / n
 
@@ -157,6 +173,8 @@ def _rotation_entropies(x: np.ndarray, y: np.ndarray, ny: np.ndarray, rotations:
     one :func:`_n_cond_entropy` per rotation."""
     n = len(x)
     offsets = [0, *((j + 1) * n // (rotations + 1) for j in range(rotations))]
+    if kernels.compiled(len(ny) * (int(x.max()) + 1), n):
+        return _xlogx(ny[ny >= 2]) - kernels.cond_xlogx(x, y, ny, offsets)
     together = _rotated_n_cond_entropies(x, y, ny, offsets)
     if together is None:
         together = np.array([_n_cond_entropy(np.roll(x, k), y, ny) for k in offsets])

@@ -38,13 +38,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.chunking import SAMPLE_BYTES, rows_within
+from recsys.data.streaming.replay import ChunkReplay
 from selection.model_free.column_codes import (
     EncodedColumn,
+    arrow_text,
     bin_codes,
     code_values,
     dense_values,
@@ -54,8 +58,9 @@ from selection.model_free.column_codes import (
     feature_cells,
     missing_mask,
     quantile_edges,
+    text_codes,
 )
-from selection.model_free.mutual_info import factorize
+from selection.model_free.mutual_info import factorize, first_appearance
 from selection.model_free.outrank_scoring import (
     NEAR_CONSTANT_SHARE,
     BatchScores,
@@ -205,6 +210,16 @@ def _member(rows: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return (pos < len(sorted_set)) & (sorted_set[np.minimum(pos, len(sorted_set) - 1)] == rows)
 
 
+def _value_counts(col: pd.Series, spec: FeatureSpec) -> pd.Series:
+    """Rows per value of :func:`code_values` (order of first appearance; null and ``""`` one
+    value of a text column), by pyarrow's kernel where the column is arrow-backed text."""
+    if spec.kind is FeatureKind.CATEGORICAL and (arr := arrow_text(col)) is not None:
+        counts = pc.value_counts(pc.fill_null(arr, ""))
+        return pd.Series(counts.field("counts").to_numpy(zero_copy_only=False),
+                         index=pd.Index(counts.field("values").to_pandas()), dtype=np.int64)
+    return code_values(col, spec).value_counts(dropna=False, sort=False)
+
+
 @dataclass
 class Survey:
     """The first pass over the data (see the module docstring).
@@ -270,7 +285,7 @@ def survey_chunks(source: ChunkSource, method: OutRankConfig | None = None, *, e
             values = {_LABEL: pd.to_numeric(label, errors="coerce").to_numpy(dtype=np.float64)}
             for s in schema.features:
                 col = feature_cells(frame, s)
-                survey.majority[s.name].add_counts(code_values(col, s).value_counts(dropna=False, sort=False))
+                survey.majority[s.name].add_counts(_value_counts(col, s))
                 if s.kind is FeatureKind.DENSE:
                     x = values[s.name] = dense_values(col)
                     seen = distinct[s.name]
@@ -346,6 +361,60 @@ def _label_batch(col: pd.Series, plan: _Plan, method: OutRankConfig) -> np.ndarr
     return factorize(col if numeric.isna().any() else numeric)
 
 
+def _label_chunk(col: pd.Series, plan: _Plan, method: OutRankConfig) -> np.ndarray | None:
+    """Label codes of a whole chunk whose slices, relabelled by first appearance, are the codes
+    :func:`_label_batch` gives each batch; None where a batch's coding depends on its own rows
+    (a label that is not numeric throughout: each batch is then coded on its own)."""
+    if method.target_bins is not None:
+        return bin_codes(pd.to_numeric(col).to_numpy(dtype=np.float64), plan.label_edges)
+    numeric = pd.to_numeric(col, errors="coerce")
+    return None if numeric.isna().any() else factorize(numeric)
+
+
+@dataclass
+class _ChunkColumn:
+    """One feature coded over a whole chunk. A batch's codes are a slice relabelled by first
+    appearance (:func:`~selection.model_free.mutual_info.first_appearance`): exactly the codes
+    of encoding the batch's rows alone (equal cells, equal codes), at one encoding per chunk."""
+
+    codes: np.ndarray  # int64: bin numbers (binned) or factorized cells
+    missing: np.ndarray  # bool, as EncodedColumn.missing
+    uniques: Any = None  # unbinned: the cell of each code (a pandas Index, or a pyarrow array of text)
+    binned: bool = False
+
+    def count(self, value: Any, rows: slice) -> int:
+        """Cells equal to ``value`` among ``rows`` (a NaN ``value`` counts the NaN cells)."""
+        if isinstance(self.uniques, pa.Array):  # text: null and "" are one code, coded as ""
+            at = pc.index(self.uniques, value).as_py() if isinstance(value, str) else -1
+            return int((self.codes[rows] == at).sum()) if at >= 0 else 0
+        u = pd.Index(self.uniques)
+        hit = u.isna() if isinstance(value, float) and np.isnan(value) else np.asarray(u == value, dtype=bool)
+        return int(np.isin(self.codes[rows], np.flatnonzero(hit)).sum()) if hit.any() else 0
+
+    def batch(self, spec: FeatureSpec, rows: slice) -> EncodedColumn:
+        return EncodedColumn(spec.name, spec.kind, first_appearance(self.codes[rows]), self.missing[rows],
+                             binned=self.binned)
+
+
+def _chunk_column(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
+    """``spec``'s column of ``frame`` coded once for all its batches (as :func:`_encode` codes a
+    batch); None for the features coded batch by batch (multi-hot, whose token codes follow the
+    stream's first appearances, and vectors)."""
+    if spec.is_vector or spec.kind is FeatureKind.MULTI_CATEGORICAL:
+        return None
+    values = frame[spec.name]
+    if spec.kind is FeatureKind.CATEGORICAL and (arr := arrow_text(values)) is not None:
+        return _ChunkColumn(*text_codes(arr, spec), binned=False)
+    missing = missing_mask(values, spec)
+    if spec.name in plan.edges:
+        x = dense_values(values)
+        return _ChunkColumn(bin_codes(x, plan.edges[spec.name]), missing | np.isnan(x), binned=True)
+    if spec.kind is FeatureKind.DENSE:  # at most dense_bins values over the scored rows: coded by value
+        missing |= np.isnan(dense_values(values))
+    codes, uniques = pd.factorize(code_values(values, spec), use_na_sentinel=False)
+    return _ChunkColumn(np.asarray(codes, dtype=np.int64), missing, uniques)
+
+
 def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]],
             dense_bins: int | None) -> EncodedColumn:
     if spec.is_vector:
@@ -371,33 +440,6 @@ def _count_value(values: pd.Series, value: Any) -> int:
     if isinstance(value, float) and np.isnan(value):
         return int(values.isna().sum())
     return int((values == value).sum())
-
-
-class _Rows:
-    """Selected rows waiting for their batch (frames in row order)."""
-
-    def __init__(self) -> None:
-        self.parts: list[pd.DataFrame] = []
-        self.n = 0
-
-    def push(self, frame: pd.DataFrame) -> None:
-        if len(frame):
-            self.parts.append(frame)
-            self.n += len(frame)
-
-    def take(self, k: int) -> pd.DataFrame:
-        out, need = [], k
-        while need:
-            f = self.parts[0]
-            if len(f) <= need:
-                out.append(self.parts.pop(0))
-                need -= len(f)
-            else:
-                out.append(f.iloc[:need])
-                self.parts[0] = f.iloc[need:]
-                need = 0
-        self.n -= k
-        return (pd.concat(out) if len(out) > 1 else out[0]).reset_index(drop=True)
 
 
 def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pairs: bool | None = None,
@@ -433,7 +475,8 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
     missing = dict.fromkeys(names, 0)
     top = dict.fromkeys(names, 0)
     bins = {f: np.zeros(3 if e is None else len(e) + 2, dtype=np.int64) for f, e in plan.edges.items()}
-    waiting, b, offset, scored = _Rows(), 0, 0, 0
+    tail: pd.DataFrame | None = None  # selected rows of earlier chunks waiting for their batch
+    b, offset, scored = 0, 0, 0  # next batch, rows read, rows selected
     vocabs: dict[str, dict[Any, int]] = {}  # multi-hot tokens -> first appearance (see encode_column)
     columns = [*schema.columns, schema.label]
     with Progress("outrank pass 2/2: scoring", total=survey.rows, enabled=progress) as bar:
@@ -445,29 +488,46 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
             frame = chunk.frame.loc[keep, columns]
             offset += len(chunk.frame)
             scored += len(frame)
-            for s in specs:
-                col = feature_cells(frame, s)
-                missing[s.name] += _missing_count(col, s)
+            held = 0 if tail is None else len(tail)
+            if held:  # the batch that crosses the chunk boundary is coded in one piece
+                frame = pd.concat([tail, frame])
+            frame = frame.reset_index(drop=True)
+            new = slice(held, len(frame))
+            coded = {s.name: _chunk_column(frame, s, plan) for s in specs}
+            for s in specs:  # counts over every selected row (the batches drop a short trailing one)
+                col = coded[s.name]
+                if col is None:
+                    cells = feature_cells(frame.iloc[new], s)
+                    missing[s.name] += _missing_count(cells, s)
+                    if s.name in plan.candidates:
+                        top[s.name] += _count_value(code_values(cells, s), plan.candidates[s.name])
+                    continue
+                missing[s.name] += int(col.missing[new].sum())
                 if s.name in bins:
-                    bins[s.name] += np.bincount(bin_codes(dense_values(col), plan.edges[s.name]),
-                                                minlength=len(bins[s.name]))
+                    bins[s.name] += np.bincount(col.codes[new], minlength=len(bins[s.name]))
                 elif s.name in plan.candidates:
-                    top[s.name] += _count_value(code_values(col, s), plan.candidates[s.name])
-            if b < len(batches):
-                waiting.push(frame)
-            while b < len(batches) and waiting.n >= batches[b][1] - batches[b][0]:
+                    top[s.name] += col.count(plan.candidates[s.name], new)
+            label = _label_chunk(frame[schema.label], plan, method) if b < len(batches) else None
+            by_batch = label is None or None in coded.values()  # something coded from the batch's own rows
+            at = 0
+            while b < len(batches) and len(frame) - at >= batches[b][1] - batches[b][0]:
                 start, stop = batches[b]
-                batch = waiting.take(stop - start)
-                label = _label_batch(batch[schema.label], plan, method)
-                acc.add([_encode(batch, s, plan, vocabs, method.dense_bins) for s in specs], 0, stop - start, label, start)
+                part = slice(at, at + stop - start)
+                batch = frame.iloc[part].reset_index(drop=True) if by_batch else frame
+                y = _label_batch(batch[schema.label], plan, method) if label is None else first_appearance(label[part])
+                cols = [_encode(batch, s, plan, vocabs, method.dense_bins) if (c := coded[s.name]) is None
+                        else c.batch(s, part) for s in specs]
+                acc.add(cols, 0, stop - start, y, start)
+                at += stop - start
                 b += 1
+            tail = frame.iloc[at:] if b < len(batches) else None
             bar.update(len(chunk.frame), _fraction(chunk))
     if offset != survey.rows or scored != plan.n or b != len(batches):
         raise DataError(f"{survey.source}: the data changed between the two passes ({survey.rows} rows, then {offset}); "
                         "run again once the file is complete")
     n = plan.n
-    for f, c in bins.items():
-        top[f] = int(c.max())
+    for f, counted in bins.items():
+        top[f] = int(counted.max())
     constant = {f for f in names if top[f] == n or (f in bins and np.count_nonzero(bins[f]) <= 1)}
     near = {f for f in names if f not in constant and top[f] >= NEAR_CONSTANT_SHARE * n}
     all_missing = {f for f in names if missing[f] == n}
@@ -486,17 +546,22 @@ def _sample_label_bins(survey: Survey, plan: _Plan, method: OutRankConfig) -> np
 
 
 def rank_stream(source: ChunkSource, method: OutRank | None = None, *, edge_sample: int = DEFAULT_EDGE_SAMPLE,
-                progress: bool = True, notes: dict[str, Any] | None = None) -> ImportanceReport:
-    """:func:`selection.model_free.outrank.rank_raw` on the rows of ``source``, read in chunks (two passes);
-    ``notes`` (how the data was read) go to ``extras["streaming"]``."""
+                progress: bool = True, notes: dict[str, Any] | None = None,
+                replay_bytes: int | None = None) -> ImportanceReport:
+    """:func:`selection.model_free.outrank.rank_raw` on the rows of ``source``, read in chunks (two passes:
+    the second reads the first one's parsed copy, :class:`~recsys.data.streaming.replay.ChunkReplay`,
+    of at most ``replay_bytes``; 0: parse twice); ``notes`` (how the data was read) go to
+    ``extras["streaming"]``."""
     from selection.model_free.outrank import OutRank, report_from_scores
 
     method = method or OutRank()
     t0 = time.perf_counter()
-    survey = survey_chunks(source, method, edge_sample=edge_sample, progress=progress)
-    scores = score_stream(source, method, survey=survey, edge_sample=edge_sample, progress=progress)
+    with ChunkReplay(source, replay_bytes) as replay:
+        survey = survey_chunks(replay, method, edge_sample=edge_sample, progress=progress)
+        scores = score_stream(replay, method, survey=survey, edge_sample=edge_sample, progress=progress)
     report = report_from_scores(scores, method, survey.schema, t0)
     report.extras["streaming"] = {
         **(notes or {}), "rows_read": survey.rows, "edge_sample": edge_sample, "edge_sample_complete": survey.sample.complete,
+        "replay": replay.summary(),
     }
     return report

@@ -70,3 +70,53 @@ def test_loader_step_times_the_data_path_alone_under_its_own_name(tmp_path):
     md = (out / "scale_probe_quick.md").read_text()
     assert "| loader |" in md and "(scale_probe_quick.png)" in md
     assert not (out / "scale_quick.json").exists()
+
+
+def test_cores_axis_reruns_the_data_steps_pinned_to_fewer_cores(tmp_path):
+    out = tmp_path / "out"
+    assert scale.main(["--quick", "--only", "outrank", "--no-engines", "--cores", "1,all,1", "--name", "scale_cores",
+                       "--output-dir", str(out)]) == 0
+    size = json.loads((out / "scale_cores_quick.json").read_text())["sizes"][0]
+    counts = sorted(size["cores"], key=int)
+    assert counts[0] == "1" and len(counts) == len(set(counts))  # `1` twice runs once
+    one = size["cores"]["1"]["outrank"]
+    assert "error" not in one and one["rows_per_s"] > 0 and set(size["cores"]["1"]) == {"outrank"}
+    assert "By cores" in (out / "scale_cores_quick.md").read_text()
+    import pytest
+
+    with pytest.raises(SystemExit, match="--cores: 'none'"):
+        scale._core_counts("2,none")
+    assert scale._core_counts("99999") == []  # more than this machine has: skipped with a warning
+
+
+def test_package_rows_render_and_judge_the_ratio(tmp_path):
+    import sys
+
+    import numpy as np
+
+    from experiments.benchmarks import _outrank_package as package
+
+    tsv = write_criteo_tsv(tmp_path / "d.txt", 2_000, seed=1, block_rows=1000)
+    csv = package.write_csv(tsv, tmp_path / "pkg")  # the package's csv-raw format: commas and a header
+    header, first = csv.read_text().splitlines()[:2]
+    assert header.split(",")[:3] == ["label", "I1", "I2"] and first.count(",") == 39 and "\t" not in first
+    codes = package.encode_batches(tsv, tmp_path / "codes.npz")
+    with np.load(codes) as z:
+        assert len(z.files) == 40 and len(z["C1"]) == 2_000 and set(np.unique(z["label"])) == {0, 1}
+    timed = package.time_kernels(codes, package_python=sys.executable, batch=500)  # this venv has no `outrank`
+    assert "outrank" in timed["package (per-group shift null)"]["error"]
+    for name in ("ours (per-group shift null)", "ours (rotation null, the default)"):
+        assert timed[name]["rows"] == 2_000 and timed[name]["features"] == 39 and timed[name]["rows_per_s"] > 0
+    ours = {"rows": 1_000_000, "seconds": 2.0, "rows_per_s": 500_000.0, "peak_rss_mb": 900.0}
+    size = {"rows": 1_000_000, "file_mb": 245.0, "steps": {"outrank": ours},
+            "package": {"version": package.PACKAGE, "kernels": timed,
+                        "cli": {"rows": 1_000_000, "seconds": 12.5, "rows_per_s": 80_000.0, "threads": 2, "peak_rss_mb": 700.0}},
+            "cores": {"2": {"outrank": {**ours, "rows_per_s": 100_000.0}}, "16": {"outrank": ours}}}
+    v = scale.verdicts([size])
+    assert v["package_ratio"] == {"ours": 500_000.0, "package": 80_000.0, "ratio": 6.25, "verdict": "met"}
+    assert v["cores_ratio"]["outrank (1,000,000 rows)"]["ratio"] == 5.0
+    assert v["cores_ratio"]["outrank (1,000,000 rows)"]["verdict"] == "NOT met"  # 5x < 6x
+    md = scale.to_markdown({"command": "x", "date": "d", "hardware": {"cpu": "c", "cores": 16}, "sizes": [size],
+                            "verdicts": v})
+    assert "`outrank==0.97.5` package beside ours" in md and "| ours (rotation null, the default) |" in md
+    assert "x6.25, one run each) | met |" in md and "| 1,000,000 | 16 | outrank |" in md

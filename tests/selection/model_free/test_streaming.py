@@ -227,6 +227,8 @@ def test_cli_quality_streams_files_like_in_memory(tmp_cwd: Path, capsys: pytest.
     assert main(["quality", "d.csv", "--label", "y", "--chunk-rows", "997", "--no-progress", "--output", "s.json"]) == 0
     assert main(["quality", "d.csv", "--label", "y", "--in-memory", "--output", "m.json"]) == 0
     s, m = (json.loads((tmp_cwd / f).read_text()) for f in ("s.json", "m.json"))
+    replay = s["notes"].pop("replay")  # the scoring pass read the survey's parsed copy, not the text
+    assert replay["replayed"] == 1 and replay["bytes"] > 0 and replay["dropped"] is None
     assert s["notes"] == {"chunk_rows": 997} and s["flags"]["id"] == ["identifier_like"]
     assert _quality_dict(s) == _quality_dict(m)
     assert main(["quality", "d.csv", "--label", "y", "--sample", "0.5", "--sketch", "--no-progress"]) == 0
@@ -235,6 +237,14 @@ def test_cli_quality_streams_files_like_in_memory(tmp_cwd: Path, capsys: pytest.
                  "--output", "r.json"]) == 0
     ranked = json.loads((tmp_cwd / "r.json").read_text())
     assert ranked["features"][0]["feature"] == "useful"
+    assert ranked["extras"]["streaming"]["replay"]["replayed"] == 1
+    assert main(["rank", "--method", "outrank", "d.csv", "--label", "y", "--chunk-rows", "500", "--no-progress",
+                 "--replay-bytes", "0", "--output", "r0.json"]) == 0  # parsed twice: the same ranking
+    parsed_twice = json.loads((tmp_cwd / "r0.json").read_text())
+    assert parsed_twice["extras"]["streaming"]["replay"] == {"replayed": 0, "bytes": 0, "dropped": "turned off (max_bytes=0)"}
+    assert [f["score"] for f in parsed_twice["features"]] == [f["score"] for f in ranked["features"]]
+    with pytest.raises(SystemExit, match="--replay-bytes must be >= 0"):
+        main(["rank", "--method", "outrank", "d.csv", "--label", "y", "--replay-bytes", "-1"])
     with pytest.raises(SystemExit):
         main(["rank", "--method", "permutation", "d.csv"])
 
