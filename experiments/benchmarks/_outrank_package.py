@@ -19,6 +19,7 @@ does not need; ``xxhash<4``, since its CLI hashes text that xxhash 4 refuses). T
 from __future__ import annotations
 
 import json
+import os
 import resource
 import shutil
 import subprocess
@@ -29,7 +30,8 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["PACKAGE", "VENV", "encode_batches", "ensure_venv", "run_cli", "time_kernels", "write_csv"]
+__all__ = ["PACKAGE", "VENV", "encode_batches", "ensure_venv", "package_lines", "package_rows", "run_cli", "time_kernels",
+           "write_csv"]
 
 ROOT = Path(__file__).resolve().parents[2]
 VENV = ROOT / ".cache" / "outrank" / "venv"
@@ -85,11 +87,12 @@ def ensure_venv(venv: Path = VENV) -> Path:
 def write_csv(tsv: Path, folder: Path) -> Path:
     """``folder/data.csv``: the Criteo TSV with commas and a header (``label,I1..I13,C1..C26``)."""
     from recsys.data.readers.criteo import COLUMNS
+    from recsys.io import atomic_path
 
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "data.csv"
     table = bytes.maketrans(b"\t", b",")
-    with open(tsv, "rb") as src, open(out, "wb") as dst:
+    with open(tsv, "rb") as src, atomic_path(out) as tmp, open(tmp, "wb") as dst:
         dst.write((",".join(COLUMNS) + "\n").encode())
         while block := src.read(1 << 24):
             dst.write(block.translate(table))
@@ -135,8 +138,6 @@ def time_kernels(codes: Path, package_python: str | None = None, batch: int = BA
     """Each kernel over the same codes, single-threaded, in its own process: ``{name: result}``
     (``package_python``: the interpreter with the package; default: :func:`ensure_venv`'s)."""
     env_threads = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
-    import os
-
     runs = {"package (per-group shift null)": (package_python or str(ensure_venv()), "package"),
             "ours (per-group shift null)": (sys.executable, "ours:package"),
             "ours (rotation null, the default)": (sys.executable, "ours:rotation")}
@@ -148,3 +149,48 @@ def time_kernels(codes: Path, package_python: str | None = None, batch: int = BA
         out[name] = json.loads(lines[-1]) if proc.returncode == 0 and lines else {
             "error": f"exit {proc.returncode}: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])}
     return out
+
+
+def package_rows(path: Path, work: Path, rows: int) -> dict[str, Any]:
+    """The package on the benchmark's file of ``rows`` rows: its CLI (every core) and the kernels
+    alone (on at most 1M rows); an install failure is recorded, not raised."""
+    try:
+        ensure_venv()
+    except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
+        return {"error": f"{PACKAGE} could not be installed in {VENV}: {e}"}
+    folder = write_csv(path, work / "outrank-package")
+    out: dict[str, Any] = {"version": PACKAGE,
+                           "cli": run_cli(folder, work / "outrank-package-out", os.cpu_count() or 1, rows)}
+    folder.joinpath("data.csv").unlink()
+    codes = encode_batches(path, work / "codes.npz", max_rows=min(rows, 1_000_000))
+    out["kernels"] = time_kernels(codes)
+    codes.unlink()
+    return out
+
+
+def package_lines(result: dict[str, Any]) -> list[str]:
+    """The markdown of the package rows of a ``scale`` result (none without them)."""
+    size = next((s for s in result["sizes"] if s.get("package")), None)
+    if size is None:
+        return []
+    package = size["package"]
+    if "error" in package:
+        return ["", f"The `outrank` package: {package['error']}"]
+    lines = ["", f"The `{package['version']}` package beside ours on the same {size['rows']:,}-row file "
+             "(relevance only; its CLI reads a comma-separated copy with a header, made before its clock starts, "
+             "and runs on every core; wall time includes its imports):", "",
+             "| run | wall s | rows/s | peak RSS MB |", "|---|---:|---:|---:|"]
+    ours = size["steps"].get("outrank") or {}
+    if "rows_per_s" in ours:
+        lines.append(f"| ours: `salience rank --method outrank` | {ours['seconds']} | {ours['rows_per_s']:,.0f} | "
+                     f"{ours['peak_rss_mb']:,.0f} |")
+    cli = package["cli"]
+    lines.append(f"| package: `outrank --task ranking` ({cli.get('threads', '?')} threads) | "
+                 + (f"- | failed: {cli['error'][:70]} | - |" if "error" in cli else
+                    f"{cli['seconds']} | {cli['rows_per_s']:,.0f} | {cli['peak_rss_mb']:,.0f} |"))
+    lines += ["", "The scoring kernels alone, one thread, the same integer codes (every feature of every "
+              f"{BATCH:,}-row batch):", "", "| kernel | seconds | rows/s |", "|---|---:|---:|"]
+    for name, m in package.get("kernels", {}).items():
+        lines.append(f"| {name} | - | failed: {m['error'][:70]} |" if "error" in m else
+                     f"| {name} | {m['seconds']} | {m['rows_per_s']:,.0f} |")
+    return lines

@@ -25,7 +25,7 @@ fresh process of its own so that its peak RSS is its own:
 Also, once on the smallest size: reading the file with each installed columnar engine
 (``engines``: our block reader, ``pyarrow.csv.open_csv``, ``pyarrow.dataset``, and polars and
 DuckDB when installed: ``pip install -e .[bench]``; the parse-only floor), and the ``outrank``
-package beside ours (``package``, :mod:`experiments.benchmarks._outrank_package`, in a venv of
+package beside ours (``package``, ``experiments/benchmarks/_outrank_package.py``, in a venv of
 its own: its CLI on the same rows, relevance only, and its scoring kernel against ours on the
 same codes; ``--no-package`` skips it). ``--cores 1,2,all`` reruns ``prepare``, ``quality`` and
 ``outrank`` pinned to the first N cores (the cores axis).
@@ -56,6 +56,7 @@ from typing import Any
 
 from experiments.benchmarks._common import hardware_text, result_header
 from experiments.benchmarks._criteo_synth import write_criteo_tsv
+from experiments.benchmarks._outrank_package import package_lines, package_rows
 from recsys.io import atomic_savefig, atomic_write_json, atomic_write_text
 from recsys.runtime import process_peak_rss_mb
 
@@ -449,7 +450,7 @@ def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool,
         entry["engines"] = {e: _run_child("engine", path, step_work, args, engine=e) for e in ENGINES}
         publish(entry)
     if engines and not args.no_package:
-        entry["package"] = _package_rows(path, step_work, rows)
+        entry["package"] = package_rows(path, step_work, rows)
         publish(entry)
     for cores in args.cores_list:
         entry.setdefault("cores", {})[str(cores)] = {
@@ -459,24 +460,6 @@ def run_size(rows: int, work: Path, args: argparse.Namespace, engines: bool,
         path.unlink(missing_ok=True)
         shutil.rmtree(step_work, ignore_errors=True)
     return entry
-
-
-def _package_rows(path: Path, work: Path, rows: int) -> dict[str, Any]:
-    """The ``outrank`` package on the same file: its CLI (all cores) and the kernels alone."""
-    from experiments.benchmarks import _outrank_package as package
-
-    try:
-        package.ensure_venv()
-    except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
-        return {"error": f"{package.PACKAGE} could not be installed in {package.VENV}: {e}"}
-    folder = package.write_csv(path, work / "outrank-package")
-    out: dict[str, Any] = {"version": package.PACKAGE, "cli": package.run_cli(folder, work / "outrank-package-out",
-                                                                            os.cpu_count() or 1, rows)}
-    folder.joinpath("data.csv").unlink()
-    codes = package.encode_batches(path, work / "codes.npz", max_rows=min(rows, 1_000_000))
-    out["kernels"] = package.time_kernels(codes)
-    codes.unlink()
-    return out
 
 
 def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
@@ -587,7 +570,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                 lines.append(f"| {name} | - | {m['error'][:70]} | - |")
             else:
                 lines.append(f"| {name} | {m['seconds']} | {m.get('rows_per_s', 0):,.0f} | {m['peak_rss_mb']:,.0f} |")
-    lines += _package_lines(result) + _cores_lines(result)
+    lines += package_lines(result) + _cores_lines(result)
     lines += ["", "## Targets", "", "| target | result | verdict |", "|---|---|---|"]
     v = result["verdicts"]
     c = v["completes"]
@@ -615,33 +598,6 @@ def to_markdown(result: dict[str, Any]) -> str:
                      f"(x{r['ratio']}) | {r['verdict']} |")
     lines += ["", "![cost and memory against rows](scale.png)", ""]
     return "\n".join(lines)
-
-
-def _package_lines(result: dict[str, Any]) -> list[str]:
-    size = next((s for s in result["sizes"] if s.get("package")), None)
-    if size is None:
-        return []
-    package = size["package"]
-    if "error" in package:
-        return ["", f"The `outrank` package: {package['error']}"]
-    lines = ["", f"The `{package['version']}` package beside ours on the same {size['rows']:,}-row file "
-             "(relevance only; its CLI reads a comma-separated copy with a header, made before its clock starts, "
-             "and runs on every core; wall time includes its imports):", "",
-             "| run | wall s | rows/s | peak RSS MB |", "|---|---:|---:|---:|"]
-    ours = size["steps"].get("outrank") or {}
-    if "rows_per_s" in ours:
-        lines.append(f"| ours: `salience rank --method outrank` | {ours['seconds']} | {ours['rows_per_s']:,.0f} | "
-                     f"{ours['peak_rss_mb']:,.0f} |")
-    cli = package["cli"]
-    lines.append(f"| package: `outrank --task ranking` ({cli.get('threads', '?')} threads) | "
-                 + (f"- | failed: {cli['error'][:70]} | - |" if "error" in cli else
-                    f"{cli['seconds']} | {cli['rows_per_s']:,.0f} | {cli['peak_rss_mb']:,.0f} |"))
-    lines += ["", "The scoring kernels alone, one thread, the same integer codes (every feature of every "
-              f"{2**14:,}-row batch):", "", "| kernel | seconds | rows/s |", "|---|---:|---:|"]
-    for name, m in package.get("kernels", {}).items():
-        lines.append(f"| {name} | - | failed: {m['error'][:70]} |" if "error" in m else
-                     f"| {name} | {m['seconds']} | {m['rows_per_s']:,.0f} |")
-    return lines
 
 
 def _cores_lines(result: dict[str, Any]) -> list[str]:

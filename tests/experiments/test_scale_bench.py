@@ -94,22 +94,22 @@ def test_package_rows_render_and_judge_the_ratio(tmp_path):
 
     import numpy as np
 
-    from experiments.benchmarks import _outrank_package as package
+    from experiments.benchmarks._outrank_package import PACKAGE, encode_batches, time_kernels, write_csv
 
     tsv = write_criteo_tsv(tmp_path / "d.txt", 2_000, seed=1, block_rows=1000)
-    csv = package.write_csv(tsv, tmp_path / "pkg")  # the package's csv-raw format: commas and a header
+    csv = write_csv(tsv, tmp_path / "pkg")  # the package's csv-raw format: commas and a header
     header, first = csv.read_text().splitlines()[:2]
     assert header.split(",")[:3] == ["label", "I1", "I2"] and first.count(",") == 39 and "\t" not in first
-    codes = package.encode_batches(tsv, tmp_path / "codes.npz")
+    codes = encode_batches(tsv, tmp_path / "codes.npz")
     with np.load(codes) as z:
         assert len(z.files) == 40 and len(z["C1"]) == 2_000 and set(np.unique(z["label"])) == {0, 1}
-    timed = package.time_kernels(codes, package_python=sys.executable, batch=500)  # this venv has no `outrank`
+    timed = time_kernels(codes, package_python=sys.executable, batch=500)  # this venv has no `outrank`
     assert "outrank" in timed["package (per-group shift null)"]["error"]
     for name in ("ours (per-group shift null)", "ours (rotation null, the default)"):
         assert timed[name]["rows"] == 2_000 and timed[name]["features"] == 39 and timed[name]["rows_per_s"] > 0
     ours = {"rows": 1_000_000, "seconds": 2.0, "rows_per_s": 500_000.0, "peak_rss_mb": 900.0}
     size = {"rows": 1_000_000, "file_mb": 245.0, "steps": {"outrank": ours},
-            "package": {"version": package.PACKAGE, "kernels": timed,
+            "package": {"version": PACKAGE, "kernels": timed,
                         "cli": {"rows": 1_000_000, "seconds": 12.5, "rows_per_s": 80_000.0, "threads": 2, "peak_rss_mb": 700.0}},
             "cores": {"2": {"outrank": {**ours, "rows_per_s": 100_000.0}}, "16": {"outrank": ours}}}
     v = scale.verdicts([size])
