@@ -158,10 +158,10 @@ def package_rows(path: Path, work: Path, rows: int) -> dict[str, Any]:
         ensure_venv()
     except (OSError, subprocess.CalledProcessError, RuntimeError) as e:
         return {"error": f"{PACKAGE} could not be installed in {VENV}: {e}"}
-    folder = write_csv(path, work / "outrank-package")
+    csv = write_csv(path, work / "outrank-package")
     out: dict[str, Any] = {"version": PACKAGE,
-                           "cli": run_cli(folder, work / "outrank-package-out", os.cpu_count() or 1, rows)}
-    folder.joinpath("data.csv").unlink()
+                           "cli": run_cli(csv.parent, work / "outrank-package-out", os.cpu_count() or 1, rows)}
+    csv.unlink()
     codes = encode_batches(path, work / "codes.npz", max_rows=min(rows, 1_000_000))
     out["kernels"] = time_kernels(codes)
     codes.unlink()

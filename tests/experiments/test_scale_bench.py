@@ -120,3 +120,19 @@ def test_package_rows_render_and_judge_the_ratio(tmp_path):
                             "verdicts": v})
     assert "`outrank==0.97.5` package beside ours" in md and "| ours (rotation null, the default) |" in md
     assert "x6.25, one run each) | met |" in md and "| 1,000,000 | 16 | outrank |" in md
+
+
+def test_package_rows_measure_on_a_csv_copy_and_clean_up(tmp_path, monkeypatch):
+    from experiments.benchmarks import _outrank_package as package
+
+    tsv = write_criteo_tsv(tmp_path / "d.txt", 1_500, seed=2, block_rows=500)
+    seen = {}
+    monkeypatch.setattr(package, "ensure_venv", lambda: tmp_path / "python")
+    monkeypatch.setattr(package, "run_cli", lambda folder, out, threads, rows: seen.update(
+        lines=len((folder / "data.csv").read_text().splitlines()), rows=rows) or {"rows": rows, "rows_per_s": 1.0})
+    monkeypatch.setattr(package, "time_kernels", lambda codes: {"codes": codes.exists()})
+    work = tmp_path / "work"
+    out = package.package_rows(tsv, work, 1_500)
+    assert seen == {"lines": 1_501, "rows": 1_500}  # the header and every row, then removed
+    assert out["version"] == package.PACKAGE and out["kernels"] == {"codes": True}
+    assert not (work / "outrank-package" / "data.csv").exists() and not (work / "codes.npz").exists()
