@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import subprocess
 import sys
@@ -71,6 +70,15 @@ print(json.dumps({"rows": n, "features": len(names), "seconds": round(seconds, 3
 """
 
 
+#: runs its arguments as a command, then prints the largest peak RSS of that command's processes
+_RSS_WRAPPER = r"""
+import resource, subprocess, sys
+code = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode
+print("PEAK_RSS_KB", resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)
+sys.exit(code)
+"""
+
+
 def ensure_venv(venv: Path = VENV) -> Path:
     """The package venv's python, after creating the venv and installing :data:`PACKAGE`."""
     python = venv / "bin" / "python"
@@ -101,23 +109,25 @@ def write_csv(tsv: Path, folder: Path) -> Path:
 
 def run_cli(csv_folder: Path, out: Path, threads: int, rows: int) -> dict[str, Any]:
     """The package's CLI on ``csv_folder/data.csv``: wall seconds (its imports included), rows/s,
-    the peak RSS of its largest process (``RUSAGE_CHILDREN``) and the features it ranked."""
+    the peak RSS of its largest process (``RUSAGE_CHILDREN`` of a fresh interpreter that runs only
+    the CLI) and the features it ranked."""
     python = ensure_venv()
     shutil.rmtree(out, ignore_errors=True)
     cmd = [str(python), "-m", "outrank", "--task", "ranking", "--data_path", str(csv_folder), "--data_source", "csv-raw",
            "--heuristic", "MI-numba-randomized", "--target_ranking_only", "True", "--subsampling", "1",
            "--minibatch_size", str(BATCH), "--num_threads", str(threads), "--output_folder", str(out),
            "--disable_tqdm", "True", "--label_column", "label"]
-    start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    start = time.perf_counter()  # under a fresh interpreter whose only children are the CLI's: their peak RSS
+    proc = subprocess.run([sys.executable, "-c", _RSS_WRAPPER, *cmd], capture_output=True, text=True)
     seconds = time.perf_counter() - start
     if proc.returncode != 0:
         return {"error": f"exit {proc.returncode}: " + " | ".join((proc.stderr or proc.stdout).strip().splitlines()[-3:])}
+    peak_kb = int(proc.stdout.strip().splitlines()[-1].removeprefix("PEAK_RSS_KB "))
     ranked = out / "pairwise_ranks.tsv"  # (feature, label) rows, both ways round
     lines = ranked.read_text().splitlines()[1:] if ranked.exists() else []
     features = len({a for a, b, *_ in (ln.split("\t") for ln in lines) if b.startswith("label-") and not a.startswith("label-")})
     return {"rows": rows, "seconds": round(seconds, 2), "rows_per_s": round(rows / seconds, 1), "threads": threads,
-            "features_ranked": features, "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1)}
+            "features_ranked": features, "peak_rss_mb": round(peak_kb / 1024, 1)}
 
 
 def encode_batches(tsv: Path, out: Path, max_rows: int | None = None) -> Path:
