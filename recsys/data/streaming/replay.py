@@ -14,7 +14,9 @@ It falls back to reading the origin again, whole, when the copy cannot stand for
 * a chunk's frame does not come back from Arrow as it went in (a column of Python objects of
   mixed types; checked on every chunk's dtypes);
 * the copy passed ``max_bytes`` (default: half the free space of the folder's disk, at most
-  :data:`MAX_REPLAY_BYTES`) or the disk filled up.
+  :data:`MAX_REPLAY_BYTES`), or would pass it by the end of the file being read (projected from
+  the bytes of that file read so far, so a file too large for it is not copied in vain), or the
+  disk filled up.
 
 The copy takes about twice the size of the text (Criteo-shaped rows: 515 MB per million rows)
 and is deleted by :meth:`ChunkReplay.close` (or leaving its ``with`` block).
@@ -85,7 +87,10 @@ class ChunkReplay:
         import pyarrow.feather as feather
 
         self.folder = Path(tempfile.mkdtemp(prefix="salience-replay-", dir=self.parent))
+        source, file_start = None, 0  # the file being read, and the copy's bytes before it
         for i, chunk in enumerate(self.origin()):
+            if chunk.report.source != source:
+                source, file_start = chunk.report.source, self.bytes
             if self.reason is None:
                 try:
                     table = pa.Table.from_pandas(chunk.frame, preserve_index=True)
@@ -98,6 +103,9 @@ class ChunkReplay:
                         self.chunks.append((path, chunk.schema, _snapshot(chunk.report)))
                         if self.bytes > self.max_bytes:
                             self._drop(f"the parsed copy passed {self.max_bytes:,} bytes")
+                        elif (projected := _projected(self.bytes, file_start, chunk.report)) > self.max_bytes:
+                            self._drop(f"the parsed copy would pass {self.max_bytes:,} bytes (about {projected:,} "
+                                       f"projected from the part of {source} read so far)")
                 except (pa.ArrowException, OSError, ValueError, TypeError) as e:
                     self._drop(f"{type(e).__name__}: {e}")
             yield chunk
@@ -140,6 +148,14 @@ class ChunkReplay:
 def _dtypes_back(table: Any) -> list[str]:
     """The dtypes ``table.to_pandas()`` gives its data columns (from zero rows)."""
     return [str(d) for d in table.slice(0, 0).to_pandas().dtypes]
+
+
+def _projected(copied: int, file_start: int, report: ReadReport) -> int:
+    """The copy's bytes once the current file is read, at the rate of its part copied so far
+    (what later files add is not counted: a lower estimate); ``copied`` without byte positions."""
+    if not report.bytes_read or report.bytes_total <= report.bytes_read:
+        return copied
+    return copied + (copied - file_start) * (report.bytes_total - report.bytes_read) // report.bytes_read
 
 
 def _snapshot(report: ReadReport) -> ReadReport:

@@ -71,10 +71,19 @@ def test_the_budget_and_frames_arrow_cannot_carry_drop_the_copy(tmp_path: Path) 
         assert sum(1 for _ in replay()) == 3
         assert "passed 1 bytes" in str(replay.reason) and not list(tmp_path.iterdir())
         assert sum(1 for _ in replay()) == 3 and reads == [1, 1]
+    with ChunkReplay(_origin(_frames(), reads), folder=tmp_path) as whole:
+        sum(1 for _ in whole())
+    reads = []
+    # room for two of the three chunks: the first chunk's bytes, 1/3 of the file, project three
+    with ChunkReplay(_origin(_frames(), reads), max_bytes=whole.bytes * 2 // 3, folder=tmp_path) as replay:
+        assert sum(1 for _ in replay()) == 3
+        assert "would pass" in str(replay.reason) and "projected from the part of d.tsv" in str(replay.reason)
+        assert replay.bytes < whole.bytes // 2 and not list(tmp_path.iterdir())  # stopped after the first chunk
+        assert sum(1 for _ in replay()) == 3 and reads == [1, 1]
     mixed = _frames(2)
     mixed[1] = mixed[1].astype({"c": object})
     mixed[1].loc[mixed[1].index[0], "c"] = 7  # ints among strings: Arrow refuses the column
-    reads = []
+    reads.clear()
     with ChunkReplay(_origin(mixed, reads), folder=tmp_path) as replay:
         assert [len(c.frame) for c in replay()] == [50, 50]  # the origin's chunks still flow
         assert replay.reason is not None and not list(tmp_path.iterdir())
