@@ -392,7 +392,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         cut = under_budget(r)
         mark = f" ({cut})" if cut else ""
         lines += [
-            f"## {r['dataset']} / {r['arch']} (`{r['config']}` with {' '.join(r['overrides'])}; {r['fields']} sparse "
+            f"## {r['dataset']} / {r['arch']} (`{r['config']}`{' with ' + ' '.join(r['overrides']) if r['overrides'] else ''}; "
+            f"{r['fields']} sparse "
             f"fields; seeds {r['seeds']}; {r['seconds']} s)",
             "",
             *([f"Measured by `{r['command'].strip()}` on {r['date'][:10]} (kept with `--merge`).", ""]
