@@ -27,6 +27,7 @@ import pandas as pd
 from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureSpec, Schema
 from recsys.data.streaming.replay import ChunkReplay
+from recsys.parallel import map_ordered
 from selection.model_free.column_codes import feature_cells
 from selection.model_free.data_quality import FeatureQuality, QualityReport, count_values, quality_row, with_scores
 from selection.model_free.outrank import OutRank
@@ -46,6 +47,16 @@ _MERGE_MIN = 1 << 16
 #: left. Memory then stays bounded at any width: at most this many exact entries plus one sketch
 #: per feature (16 KiB of HyperLogLog registers and TOP_K heavy-hitter counters).
 EXACT_COUNT_ENTRIES = 1 << 23
+
+
+def _sum_by_value(counts: pd.Series) -> pd.Series:
+    """``counts.groupby(level=0, sort=False).sum()`` (values in order of first appearance, NaN
+    values dropped) by one factorisation of the index: pandas' groupby first builds a hash table
+    of the whole index to look for a column named like it, which cost as much as the sum."""
+    codes, values = pd.factorize(counts.index, sort=False)
+    keep = codes >= 0
+    sums = np.bincount(codes[keep], weights=counts.to_numpy(dtype=np.float64)[keep], minlength=len(values))
+    return pd.Series(sums.astype(np.int64), index=values, dtype=np.int64)  # exact below 2**53 rows
 
 
 class FeatureProfile:
@@ -101,9 +112,8 @@ class FeatureProfile:
 
     def _merge(self) -> None:
         parts = ([] if self.merged is None else [self.merged]) + self.pending
-        if parts:  # groupby(sort=False) keeps the values in order of first appearance
-            both = pd.concat(parts) if len(parts) > 1 else parts[0]
-            self.merged = both.groupby(level=0, sort=False).sum() if len(parts) > 1 else both
+        if parts:
+            self.merged = _sum_by_value(pd.concat(parts)) if len(parts) > 1 else parts[0]
         self.pending, self.pending_size = [], 0
         if self.threshold is not None and self.merged is not None and len(self.merged) > self.threshold:
             self._to_sketch()
@@ -142,8 +152,8 @@ class _Profile:
         if self.schema is None:
             self.schema, self.source = chunk.schema, chunk.report.source
             self.features = [FeatureProfile(s, *self.options) for s in chunk.schema.features]
-        for p in self.features:
-            p.add(feature_cells(chunk.frame, p.spec))
+        cells = [feature_cells(chunk.frame, p.spec) for p in self.features]
+        map_ordered(lambda pc: pc[0].add(pc[1]), list(zip(self.features, cells)))  # each touches its own profile
         counts = chunk.frame[chunk.schema.label].value_counts(dropna=False)
         self.labels = counts if self.labels is None else self.labels.add(counts, fill_value=0)
         self.rows += len(chunk.frame)

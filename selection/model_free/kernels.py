@@ -12,6 +12,9 @@ grouping column, ``N`` rows):
   NaN ``len(edges) + 1``).
 * :func:`first_appearance` - codes relabelled ``0..K-1`` in order of first appearance (what
   ``pd.factorize`` gives on integers).
+* :func:`majority_vote` - the Boyer-Moore majority candidate of a text column, read from its
+  Arrow buffers without hashing (the survey's constant and near-constant candidates; the NumPy
+  path counts every value instead, and both find the value of more than half the rows).
 
 Each kernel visits the rows once per arrangement and keeps its counts in a zeroed scratch buffer
 that it zeroes again on the way out (visiting the same keys), so a call costs O(N) whatever the
@@ -37,7 +40,7 @@ from typing import Any, Literal
 import numpy as np
 
 __all__ = ["KERNEL_KEYS", "Kernels", "active", "available", "bin_codes", "compiled", "cond_xlogx", "distinct_count",
-           "first_appearance", "use"]
+           "first_appearance", "majority_vote", "use"]
 
 Kernels = Literal["numba", "numpy"]
 #: largest joint key space (``max(y) + 1) * (max(x) + 1``) a compiled kernel counts in its buffer;
@@ -171,6 +174,26 @@ def _bin_kernel(x: np.ndarray, edges: np.ndarray) -> np.ndarray:  # pragma: no c
     return out
 
 
+@_jit
+def _vote_kernel(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> tuple[int, int]:  # pragma: no cover
+    n = offsets.shape[0] - 1
+    cand, count, cs, ce = -1, 0, 0, 0
+    for i in range(n):
+        s = offsets[i]
+        e = offsets[i + 1] if valid[i] else s  # null reads as ""
+        if count == 0:
+            cand, count, cs, ce = i, 1, s, e
+            continue
+        same = e - s == ce - cs
+        if same:
+            for j in range(e - s):
+                if data[s + j] != data[cs + j]:
+                    same = False
+                    break
+        count += 1 if same else -1
+    return cand, count
+
+
 # ---- the public functions (callers keep the NumPy reference for when compiled() is False) ---------
 
 def compiled(keys: int, rows: int) -> bool:
@@ -210,3 +233,23 @@ def bin_codes(x: np.ndarray, edges: np.ndarray) -> np.ndarray:
     """Bin numbers (int64) of float64 ``x`` by sorted float64 ``edges``: ``0..len(edges)``, NaN
     ``len(edges) + 1``."""
     return _bin_kernel(np.ascontiguousarray(x, dtype=np.float64), np.ascontiguousarray(edges, dtype=np.float64))
+
+
+def majority_vote(arr: Any) -> tuple[str | None, int]:
+    """Boyer-Moore majority vote over the cells of an Arrow string array (null read as ``""``),
+    without hashing them: ``(candidate, net count)``. A value in more than half the cells is the
+    candidate; the cells are pairs of two different values plus ``net count`` copies of the
+    candidate (what :class:`~selection.model_free.sketch.MisraGries` with ``k = 1`` needs).
+    ``(None, 0)`` for no cells."""
+    import pyarrow as pa
+
+    n = len(arr)
+    if n == 0:
+        return None, 0
+    validity, off_buf, data_buf = arr.buffers()
+    off_type = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(off_buf, dtype=off_type)[arr.offset: arr.offset + n + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(1, np.uint8)
+    valid = np.ones(n, dtype=np.bool_) if validity is None else arr.is_valid().to_numpy(zero_copy_only=False)
+    cand, count = _vote_kernel(offsets, data, valid)
+    return (arr[cand].as_py() or ""), int(count)

@@ -20,6 +20,7 @@ import numpy as np
 
 from recsys.data.raw import RawData
 from recsys.data.schema import Schema
+from recsys.parallel import map_ordered
 from selection.model_free.column_codes import EncodedColumn, encode_column, encode_feature, label_codes
 from selection.model_free.mutual_info import (
     NullModel,
@@ -302,8 +303,9 @@ def _row_hash(columns: Iterable[np.ndarray], n: int) -> np.ndarray:
     """FNV-style hash of each row's codes (uint64 arithmetic wraps)."""
     h = np.full(n, 14695981039346656037, dtype=np.uint64)
     prime = np.uint64(1099511628211)
-    for c in columns:
-        h = (h ^ c.astype(np.uint64)) * prime
+    for c in columns:  # in place: int64 codes viewed as uint64 are their astype (two's complement)
+        np.bitwise_xor(h, c.view(np.uint64) if c.dtype == np.int64 else c.astype(np.uint64), out=h)
+        np.multiply(h, prime, out=h)
     return h
 
 
@@ -444,23 +446,37 @@ class BatchScores:
     def _score(self, x: np.ndarray, y: np.ndarray) -> float:
         return outrank_score(x, y, self.method.null, self.method.null_rotations)
 
+    def _relevance(self, c: EncodedColumn, lo: int, hi: int, label: np.ndarray) -> tuple[float, int]:
+        x, y = c.batch(lo, hi, label)
+        return self._score(x, y), distinct_count(x)
+
     def add(self, cols: list[EncodedColumn], lo: int, hi: int, label: np.ndarray, start: int) -> None:
         """Score batch number ``self.batches``: rows ``lo:hi`` of the encoded ``cols`` and of
         ``label`` (codes over the same rows), ``start`` its first row in the scored order."""
         method, b = self.method, self.batches
         lab = label[lo:hi]
-        self.label_entropy.append(plain_mi(lab, lab))  # the label-vs-itself pair: plain MI
-        self.label_copy.append(self._score(lab, lab))
-        for c in cols:
-            x, y = c.batch(lo, hi, label)
-            self.rel[c.name].append(self._score(x, y))
-            self.card[c.name].append(distinct_count(x))
-        if method.controls:
-            h = _row_hash((c.codes[lo:hi] for c in cols), hi - lo)
-            for cname, x in _control_columns(self.rng, lab, start, h).items():
-                key = CONTROL_PREFIX + cname
-                self.ctrl.setdefault(key, []).append(self._score(x, lab))
-                self.ctrl_card.setdefault(key, []).append(distinct_count(x))
+        controls: dict[str, np.ndarray] = {}
+        if method.controls:  # drawn here, in batch order (one generator)
+            controls = _control_columns(self.rng, lab, start, _row_hash((c.codes[lo:hi] for c in cols), hi - lo))
+
+        def score(item: EncodedColumn | np.ndarray | None) -> tuple[float, float | int]:
+            if isinstance(item, EncodedColumn):
+                return self._relevance(item, lo, hi, label)
+            if item is None:  # the label against itself: plain MI and the label-copy score
+                return plain_mi(lab, lab), self._score(lab, lab)
+            return self._score(item, lab), distinct_count(item)
+
+        # features, controls and the label on the column pool, one score per task; appended in order
+        scored = map_ordered(score, [*cols, *controls.values(), None])
+        for c, (rel, card) in zip(cols, scored):
+            self.rel[c.name].append(rel)
+            self.card[c.name].append(int(card))
+        for cname, (ctrl, card) in zip(controls, scored[len(cols):]):
+            self.ctrl.setdefault(CONTROL_PREFIX + cname, []).append(ctrl)
+            self.ctrl_card.setdefault(CONTROL_PREFIX + cname, []).append(int(card))
+        entropy, copy = scored[-1]
+        self.label_entropy.append(entropy)
+        self.label_copy.append(float(copy))
         if b in self.pair_ids and not self.d_list:
             self._prune_pairs()
         pair_cols = [c for c in cols if c.name in self._pair_set]

@@ -8,7 +8,10 @@ a *chunk source* (a function returning a fresh iterator of :class:`RawData` chun
 1. survey (:func:`survey_chunks`): rows counted, the label checked, a seeded reservoir sample of
    ``edge_sample`` rows of the dense columns and the label (the quantile edges of dense bins and
    target bins come from it), each dense column's distinct values up to ``dense_bins + 1``, and
-   each column's majority candidate (:class:`~selection.model_free.sketch.MisraGries`, ``k = 1``);
+   each column's majority candidate (:class:`~selection.model_free.sketch.MisraGries`, ``k = 1``,
+   fed each chunk's value counts or, for Arrow text on the compiled path, the chunk's
+   Boyer-Moore vote, :func:`~selection.model_free.kernels.majority_vote`, which hashes nothing).
+   Every column's per-chunk work runs on the column pool (:mod:`recsys.parallel`);
 2. scoring: the selected rows (``subsampling``, ``max_rows``: the same rows as ``score_raw``)
    cut into the same mini-batches of ``minibatch_size`` rows, across chunk boundaries. Each
    batch is encoded on its own (the score of a batch does not change when its codes are
@@ -34,6 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,6 +50,8 @@ from recsys.data.raw import DataError, RawData
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.chunking import SAMPLE_BYTES, rows_within
 from recsys.data.streaming.replay import ChunkReplay
+from recsys.parallel import map_ordered
+from selection.model_free import kernels
 from selection.model_free.column_codes import (
     EncodedColumn,
     arrow_text,
@@ -220,6 +226,28 @@ def _value_counts(col: pd.Series, spec: FeatureSpec) -> pd.Series:
     return code_values(col, spec).value_counts(dropna=False, sort=False)
 
 
+def _survey_column(col: pd.Series, spec: FeatureSpec, seen: np.ndarray | None, dense_bins: int | None,
+                   majority: MisraGries) -> tuple[np.ndarray | None, np.ndarray | None]:
+    """One feature's share of a survey chunk (on a pool thread: it touches only this feature's
+    ``majority`` summary, fed chunk by chunk in order): its value counts go into ``majority``;
+    returns, for a dense feature, its values and the distinct values seen so far (``seen``, None
+    once past the cap)."""
+    arr = arrow_text(col) if spec.kind is FeatureKind.CATEGORICAL and kernels.active() == "numba" else None
+    if arr is not None:  # the candidate without hashing the text (pass 2 counts it exactly)
+        value, net = kernels.majority_vote(arr)
+        if net:
+            majority.add_counts(pd.Series([net], index=pd.Index([value]), dtype=np.int64))
+        majority.rows += len(arr) - net  # the cells paired off
+    else:
+        majority.add_counts(_value_counts(col, spec))
+    if spec.kind is not FeatureKind.DENSE:
+        return None, None
+    x = dense_values(col)
+    if seen is not None and dense_bins is not None:
+        seen = np.union1d(seen, np.unique(x[~np.isnan(x)]))
+    return x, seen
+
+
 @dataclass
 class Survey:
     """The first pass over the data (see the module docstring).
@@ -283,15 +311,14 @@ def survey_chunks(source: ChunkSource, method: OutRankConfig | None = None, *, e
             label = frame[schema.label]
             survey.label.add(label)
             values = {_LABEL: pd.to_numeric(label, errors="coerce").to_numpy(dtype=np.float64)}
-            for s in schema.features:
-                col = feature_cells(frame, s)
-                survey.majority[s.name].add_counts(_value_counts(col, s))
-                if s.kind is FeatureKind.DENSE:
-                    x = values[s.name] = dense_values(col)
-                    seen = distinct[s.name]
-                    if seen is not None and method.dense_bins is not None:
-                        seen = np.union1d(seen, np.unique(x[~np.isnan(x)]))
-                        distinct[s.name] = seen if len(seen) <= cap else None
+            specs = list(schema.features)
+            cells = [feature_cells(frame, s) for s in specs]
+            work = [(s, c, distinct.get(s.name), survey.majority[s.name]) for s, c in zip(specs, cells)]
+            counted = map_ordered(lambda w: _survey_column(w[1], w[0], w[2], method.dense_bins, w[3]), work)
+            for s, (x, seen) in zip(specs, counted):
+                if x is not None:
+                    values[s.name] = x
+                    distinct[s.name] = seen if seen is None or len(seen) <= cap else None
             survey.sample.add(rows[keep], values)
             survey.rows += len(chunk.frame)
             survey.scanned += len(frame)
@@ -324,16 +351,22 @@ def _plan(survey: Survey, method: OutRankConfig) -> _Plan:
         selected = np.sort(rng.choice(n, size=method.max_rows, replace=False)) * method.subsampling
         n = method.max_rows
     _, sample = survey.sample.restricted(selected)
-    edges: dict[str, np.ndarray | None] = {}
-    for s in survey.schema.features:
-        if s.kind is not FeatureKind.DENSE or method.dense_bins is None:
-            continue
+    own_count = survey.sample.complete and selected is not None
+
+    def dense_plan(s: FeatureSpec) -> tuple[bool, np.ndarray | None, bool]:
+        """(binned, edges, constant over a complete sample) of one dense feature."""
         x = sample[s.name]
         # the survey's count (capped at dense_bins + 1) covers every scanned row; a max_rows
         # selection of a complete sample counts its own rows
-        count = len(np.unique(x[~np.isnan(x)])) if survey.sample.complete and selected is not None else survey.dense_distinct[s.name]
-        if count > method.dense_bins:
-            edges[s.name] = quantile_edges(x, int(method.dense_bins))
+        count = len(np.unique(x[~np.isnan(x)])) if own_count else survey.dense_distinct[s.name]
+        if count <= int(method.dense_bins or 0):
+            return False, None, False
+        e = quantile_edges(x, int(method.dense_bins or 0))
+        return True, e, survey.sample.complete and _one_bin(x, e)
+
+    dense = [s for s in survey.schema.features if s.kind is FeatureKind.DENSE and method.dense_bins is not None]
+    planned = dict(zip((s.name for s in dense), map_ordered(dense_plan, dense)))  # one feature per task
+    edges = {name: e for name, (binned, e, _) in planned.items() if binned}
     label_edges = None
     if method.target_bins is not None:
         label_edges = quantile_edges(sample[_LABEL], int(method.target_bins))
@@ -341,16 +374,30 @@ def _plan(survey: Survey, method: OutRankConfig) -> _Plan:
     for s in survey.schema.features:
         top = survey.majority[s.name].top()
         if s.name in edges:
-            if survey.sample.complete:
-                b = bin_codes(sample[s.name], edges[s.name])
-                if len(np.unique(b)) <= 1:
-                    excluded.add(s.name)
+            if planned[s.name][2]:
+                excluded.add(s.name)
             continue
         if top is not None:
             candidates[s.name] = top[0]
             if top[1] == survey.scanned:
                 excluded.add(s.name)
     return _Plan(selected, n, edges, label_edges, excluded, candidates)
+
+
+def _one_bin(x: np.ndarray, edges: np.ndarray | None) -> bool:
+    """Whether :func:`bin_codes` gives every value of ``x`` one code (without coding them: the
+    bins are monotonic in the value, so the smallest and largest finite values decide; NaN has
+    a code of its own)."""
+    nan = np.isnan(x)
+    missing = int(nan.sum())
+    if missing == len(x):
+        return True
+    if edges is None:  # coded by sign (NaN with 0): rare, coded outright
+        return len(np.unique(bin_codes(x, edges))) == 1
+    if missing:
+        return False
+    lo, hi = np.searchsorted(edges, [x.min(), x.max()], side="right")
+    return bool(lo == hi)
 
 
 def _label_batch(col: pd.Series, plan: _Plan, method: OutRankConfig) -> np.ndarray:
@@ -396,13 +443,12 @@ class _ChunkColumn:
                              binned=self.binned)
 
 
-def _chunk_column(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
-    """``spec``'s column of ``frame`` coded once for all its batches (as :func:`_encode` codes a
-    batch); None for the features coded batch by batch (multi-hot, whose token codes follow the
-    stream's first appearances, and vectors)."""
-    if spec.is_vector or spec.kind is FeatureKind.MULTI_CATEGORICAL:
+def _chunk_column(values: pd.Series | None, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
+    """``spec``'s column (``values``, a chunk's cells) coded once for all its batches (as
+    :func:`_encode` codes a batch); None for the features coded batch by batch (multi-hot, whose
+    token codes follow the stream's first appearances, and vectors)."""
+    if values is None or spec.is_vector or spec.kind is FeatureKind.MULTI_CATEGORICAL:
         return None
-    values = frame[spec.name]
     if spec.kind is FeatureKind.CATEGORICAL and (arr := arrow_text(values)) is not None:
         return _ChunkColumn(*text_codes(arr, spec), binned=False)
     missing = missing_mask(values, spec)
@@ -413,6 +459,10 @@ def _chunk_column(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan) -> _Chunk
         missing |= np.isnan(dense_values(values))
     codes, uniques = pd.factorize(code_values(values, spec), use_na_sentinel=False)
     return _ChunkColumn(np.asarray(codes, dtype=np.int64), missing, uniques)
+
+
+def _batch_of(column: tuple[_ChunkColumn, FeatureSpec], rows: slice) -> EncodedColumn:
+    return column[0].batch(column[1], rows)
 
 
 def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]],
@@ -493,7 +543,8 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 frame = pd.concat([tail, frame])
             frame = frame.reset_index(drop=True)
             new = slice(held, len(frame))
-            coded = {s.name: _chunk_column(frame, s, plan) for s in specs}
+            cells = [frame[s.name] if s.name in frame.columns else None for s in specs]
+            coded = dict(zip(names, map_ordered(lambda sv: _chunk_column(sv[1], sv[0], plan), list(zip(specs, cells)))))
             for s in specs:  # counts over every selected row (the batches drop a short trailing one)
                 col = coded[s.name]
                 if col is None:
@@ -515,8 +566,12 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 part = slice(at, at + stop - start)
                 batch = frame.iloc[part].reset_index(drop=True) if by_batch else frame
                 y = _label_batch(batch[schema.label], plan, method) if label is None else first_appearance(label[part])
-                cols = [_encode(batch, s, plan, vocabs, method.dense_bins) if (c := coded[s.name]) is None
-                        else c.batch(s, part) for s in specs]
+                if by_batch:  # multi-hot vocabularies grow in stream order: coded on this thread
+                    cols = [_encode(batch, s, plan, vocabs, method.dense_bins) if (c := coded[s.name]) is None
+                            else c.batch(s, part) for s in specs]
+                else:  # slices of the chunk's codes, relabelled on the pool
+                    chunk_cols = [(c, s) for s in specs if (c := coded[s.name]) is not None]
+                    cols = map_ordered(partial(_batch_of, rows=part), chunk_cols)
                 acc.add(cols, 0, stop - start, y, start)
                 at += stop - start
                 b += 1

@@ -13,10 +13,8 @@ cell and the chunk dictionaries.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -28,6 +26,7 @@ import pyarrow.compute as pc
 from recsys.data.encoders import EncodedData, dense_cells, hash_ids
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.encoders import ChunkEncoder, StreamingFit, column_tokens, dictionary_tokens
+from recsys.parallel import map_ordered
 
 __all__ = ["SpillFolder", "SpilledChunk", "spill_chunk"]
 
@@ -80,26 +79,6 @@ class SpilledChunk:
             return cls(z["codes"], z["labels"], **groups)
 
 
-def _column_workers() -> int:
-    """Threads that encode a chunk's columns side by side (Arrow's kernels and most of numpy's
-    release the GIL): the cores this process may use, at most 8."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, 8))
-
-
-_POOL: ThreadPoolExecutor | None = None
-
-
-def _pool() -> ThreadPoolExecutor:
-    global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(_column_workers(), thread_name_prefix="salience-columns")
-    return _POOL
-
-
 def _spill_sparse(spec: FeatureSpec, cells: pd.Series, train: np.ndarray, count: bool) -> dict[str, Any]:
     """One sparse column of a chunk: its lengths and hashed ids, or its dictionary encoding and
     the training rows' counts of its distinct tokens (keys, counts) when ``count``."""
@@ -129,14 +108,15 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
     """Dictionary-encode one chunk's columns and, when ``fit`` is given, count its training rows
     (``codes == 0``) into ``fit`` (what ``fit.update(frame, train_rows)`` counts).
 
-    The sparse columns are encoded by a small thread pool, one column per task; the counts
+    The sparse columns are encoded on the column pool (:func:`recsys.parallel.map_ordered`); the counts
     are added to ``fit`` afterwards in column order, so the result does not depend on the pool.
     """
     train = codes == 0
     rows = np.flatnonzero(train)
     count = fit is not None and len(rows) > 0
     specs = list(schema.sparse)
-    columns = list(_pool().map(lambda spec: _spill_sparse(spec, frame[spec.name], train, count), specs))
+    cells = [frame[spec.name] for spec in specs]
+    columns = map_ordered(lambda sc: _spill_sparse(sc[0], sc[1], train, count), list(zip(specs, cells)))
     indices, keys, ids, lengths = {}, {}, {}, {}
     for spec, col in zip(specs, columns):
         lengths[spec.name] = col["lengths"]
@@ -157,7 +137,7 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
 
 def encode_spilled(encoder: ChunkEncoder, chunk: SpilledChunk, parts: dict[Any, np.ndarray]) -> dict[Any, EncodedData]:
     """Pass 2: the EncodedData of each part of a spilled chunk (equal to encoding the raw chunk);
-    the columns' vocabulary look-ups run on the column thread pool."""
+    the columns' vocabulary look-ups run on the column pool (:mod:`recsys.parallel`)."""
 
     def ids(spec: FeatureSpec) -> tuple[np.ndarray, np.ndarray]:
         name = spec.name
@@ -166,7 +146,7 @@ def encode_spilled(encoder: ChunkEncoder, chunk: SpilledChunk, parts: dict[Any, 
         return encoder.lookup(name).map_keys(chunk.keys[name])[chunk.indices[name]], chunk.lengths[name]
 
     specs = list(encoder.schema.sparse)
-    sparse = dict(zip((s.name for s in specs), _pool().map(ids, specs)))
+    sparse = dict(zip((s.name for s in specs), map_ordered(ids, specs)))
     return encoder.assemble(sparse, chunk.dense, chunk.labels, parts)
 
 

@@ -107,8 +107,12 @@ def test_text_codes_are_the_pandas_codes_and_missing_mask(dtype: object) -> None
     OutRankConfig(progress=False, minibatch_size=4096),
     OutRankConfig(progress=False, ranking="relevance", null="package", minibatch_size=2500, target_bins=4),
 ])
-def test_streamed_scores_are_the_same_on_both_paths(config: OutRankConfig) -> None:
+@pytest.mark.parametrize("arrow", [False, True])
+def test_streamed_scores_are_the_same_on_both_paths(config: OutRankConfig, arrow: bool) -> None:
     raw = _synthetic(n=9_000)
+    if arrow:  # text as the readers give it: the survey votes on Arrow buffers (constant, near-constant columns too)
+        text = [s.name for s in raw.schema.features if s.kind is not FeatureKind.DENSE]
+        raw = type(raw)(raw.frame.astype({c: "string[pyarrow]" for c in text}), raw.schema, raw.report)
     with kernels.use("numpy"):
         reference = score_raw(raw, config)
         streamed_numpy = score_stream(_chunks(raw, 1_500), config, progress=False)
@@ -134,3 +138,18 @@ def test_the_path_is_chosen_by_use_then_the_environment(monkeypatch: pytest.Monk
     monkeypatch.setattr(kernels, "numba", None)
     with pytest.raises(RuntimeError, match="pip install numba"), kernels.use("numba"):
         pass
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "", "ab", "\u00e9", None]), max_size=60), st.booleans(), st.integers(0, 5))
+def test_majority_vote_finds_a_majority_and_pairs_off_the_rest(cells: list[str | None], large: bool, cut: int) -> None:
+    arr = pa.array(["x"] * cut + cells, type=pa.large_string() if large else pa.string()).slice(cut)  # a sliced array
+    value, net = kernels.majority_vote(arr)
+    read = ["" if c is None else c for c in cells]
+    if not read:
+        assert (value, net) == (None, 0)
+        return
+    assert 0 <= net <= read.count(value) and (len(read) - net) % 2 == 0  # the rest: pairs of two values
+    top = max(set(read), key=read.count)
+    if read.count(top) * 2 > len(read):
+        assert value == top

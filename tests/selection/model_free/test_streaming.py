@@ -85,6 +85,25 @@ def test_streamed_scores_equal_in_memory_scores(config: OutRankConfig) -> None:
     _assert_same(score_raw(raw, config), score_stream(_chunks(raw), config, progress=False))
 
 
+def test_scores_and_quality_do_not_depend_on_the_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The column pool (recsys.parallel) only changes who computes a column: the scores, the pair
+    matrices and the quality report are equal to the bit on 1 and 4 threads."""
+    raw = _synthetic()
+    config = OutRankConfig(progress=False, minibatch_size=4096)
+    runs = []
+    for threads in ("1", "4"):
+        monkeypatch.setenv("SALIENCE_THREADS", threads)
+        runs.append((score_stream(_chunks(raw), config, progress=False), score_raw(raw, config),
+                     data_quality_stream(_chunks(raw), progress=False).to_dict()))
+        runs[-1][2]["scoring"].pop("seconds")
+    (one, one_memory, one_quality), (four, four_memory, four_quality) = runs
+    for a, b in ((one, four), (one_memory, four_memory)):
+        assert a.batch_relevance == b.batch_relevance and a.cardinality == b.cardinality and a.controls == b.controls
+        for m in ("redundancy", "relation", "synergy"):
+            np.testing.assert_array_equal(getattr(a, m), getattr(b, m))
+    assert one_quality == four_quality
+
+
 def test_batches_cross_chunk_boundaries_and_trailing_rule() -> None:
     raw = _synthetic(n=9_500)
     config = OutRankConfig(progress=False, ranking="relevance", minibatch_size=2048)  # 4 batches, 1308 trailing rows
@@ -264,3 +283,32 @@ def test_exact_counts_stay_within_their_budget_at_width() -> None:
             assert bounded[f.feature] == f
     assert {"signal", "const"} - sketched == {"signal", "const"}  # few distinct values: exact
     assert "sketched_for_memory" not in exact.notes
+
+
+@pytest.mark.parametrize("kind", ["text", "arrow-text", "float-with-nan", "int"])
+def test_merged_value_counts_equal_pandas_groupby(kind: str) -> None:
+    from selection.model_free.data_quality_stream import _sum_by_value
+
+    rng = np.random.default_rng(3)
+    keys: Any = rng.integers(0, 300, 20_000)
+    if kind == "float-with-nan":
+        keys = keys.astype(float)
+        keys[::7] = np.nan
+    index = pd.Index(keys.astype(str), dtype="string[pyarrow]" if kind == "arrow-text" else None) if "text" in kind \
+        else pd.Index(keys)
+    counts = pd.Series(rng.integers(1, 50, len(index)), index=index, dtype=np.int64)
+    pd.testing.assert_series_equal(_sum_by_value(counts), counts.groupby(level=0, sort=False).sum())
+
+
+def test_one_bin_agrees_with_coding_every_value() -> None:
+    from selection.model_free.column_codes import bin_codes
+    from selection.model_free.outrank_stream import _one_bin
+
+    rng = np.random.default_rng(5)
+    edges = np.array([-1.0, 0.0, 2.5])
+    cases = [np.array([]), np.full(4, np.nan), np.array([0.5, 1.0, 2.5 - 1e-9]), np.array([0.5, 2.5]),
+             np.array([0.5, np.nan]), np.array([-np.inf, -5.0]), np.array([3.0, np.inf]), np.array([np.inf, np.inf])]
+    cases += [rng.choice([-2.0, -1.0, 0.0, 1.0, 2.5, 9.0, np.nan, np.inf], rng.integers(1, 6)) for _ in range(300)]
+    for x in cases:
+        for e in (edges, None):
+            assert _one_bin(x, e) == (len(np.unique(bin_codes(x, e))) <= 1), (x, e)
