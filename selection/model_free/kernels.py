@@ -24,67 +24,26 @@ so the kernels (compiled ``nogil``) can run on several threads at once.
 Integer results (counts, bins, codes) are bit-identical to the NumPy path; the float sums add
 the same terms in another order (relative difference ~1e-15, tested to 1e-12).
 
-:func:`active` says which path runs: ``numba`` when it is installed, unless the environment
-variable ``SALIENCE_KERNELS=numpy`` (or :func:`use`) selects the reference path; :func:`compiled`
+:func:`active` (from :mod:`recsys.jit`) says which path runs: ``numba`` when it is installed, unless the
+environment variable ``SALIENCE_KERNELS=numpy`` (or :func:`use`) selects the reference path; :func:`compiled`
 says whether a call of a given key space takes the kernel (the callers hold the reference).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import threading
-from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
+
+from recsys.jit import Kernels, active, available, jit, use
 
 __all__ = ["KERNEL_KEYS", "Kernels", "active", "available", "bin_codes", "compiled", "cond_xlogx", "distinct_count",
            "first_appearance", "majority_vote", "use"]
 
-Kernels = Literal["numba", "numpy"]
 #: largest joint key space (``max(y) + 1) * (max(x) + 1``) a compiled kernel counts in its buffer;
 #: beyond it (pairs of two many-valued features) the NumPy path sorts instead
 KERNEL_KEYS = 1 << 22
-
-try:  # numba is a dependency; the NumPy path stays the reference and the fallback
-    import numba
-except ImportError:  # pragma: no cover - exercised where numba is not installed
-    numba = None  # type: ignore[assignment]
-
-_forced: list[Kernels] = []
-
-
-def available() -> bool:
-    """Whether the compiled kernels can run (numba imports)."""
-    return numba is not None
-
-
-def active() -> Kernels:
-    """The path the kernels take now: :func:`use`'s choice, else ``SALIENCE_KERNELS``, else
-    ``numba`` where it is installed."""
-    if _forced:
-        return _forced[-1]
-    env = os.environ.get("SALIENCE_KERNELS", "").strip().lower()
-    if env and env not in ("numba", "numpy"):
-        raise ValueError(f"SALIENCE_KERNELS={env!r} is not one of ['numba', 'numpy']")
-    if env == "numpy" or not available():
-        return "numpy"
-    return "numba"
-
-
-@contextlib.contextmanager
-def use(kernels: Kernels) -> Iterator[None]:
-    """Run the block on one path (tests compare them)."""
-    if kernels not in ("numba", "numpy"):
-        raise ValueError(f"kernels={kernels!r} is not one of ['numba', 'numpy']")
-    if kernels == "numba" and not available():
-        raise RuntimeError("the numba kernels need numba: pip install numba")
-    _forced.append(kernels)
-    try:
-        yield
-    finally:
-        _forced.pop()
 
 
 # ---- scratch buffers (zero between calls), one set per thread --------------------------------
@@ -103,11 +62,7 @@ def _scratch(name: str, size: int) -> np.ndarray:
 
 # ---- the compiled kernels ----------------------------------------------------------------------
 
-def _jit(fn: Any) -> Any:
-    return numba.njit(cache=True, nogil=True)(fn) if numba is not None else fn
-
-
-@_jit
+@jit
 def _cond_xlogx_kernel(x: np.ndarray, y: np.ndarray, ny: np.ndarray, kx: int, offsets: np.ndarray, package: bool,
                        counts: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     n = x.shape[0]
@@ -134,7 +89,7 @@ def _cond_xlogx_kernel(x: np.ndarray, y: np.ndarray, ny: np.ndarray, kx: int, of
     return out
 
 
-@_jit
+@jit
 def _first_appearance_kernel(x: np.ndarray, marks: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     out = np.empty(x.shape[0], dtype=np.int64)
     k = 0
@@ -149,7 +104,7 @@ def _first_appearance_kernel(x: np.ndarray, marks: np.ndarray) -> np.ndarray:  #
     return out
 
 
-@_jit
+@jit
 def _bin_kernel(x: np.ndarray, edges: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     out = np.empty(x.shape[0], dtype=np.int64)
     e = edges.shape[0]
@@ -174,7 +129,7 @@ def _bin_kernel(x: np.ndarray, edges: np.ndarray) -> np.ndarray:  # pragma: no c
     return out
 
 
-@_jit
+@jit
 def _vote_kernel(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> tuple[int, int]:  # pragma: no cover
     n = offsets.shape[0] - 1
     cand, count, cs, ce = -1, 0, 0, 0

@@ -91,7 +91,7 @@ from recsys.data.streaming.shards import (
     ShardWriter,
     save_preprocessor,
 )
-from recsys.data.streaming.spill import SpilledChunk, SpillFolder, encode_spilled, spill_chunk
+from recsys.data.streaming.spill import SpilledChunk, SpillFolder, chunk_path, encode_spilled, spill_chunk
 
 __all__ = ["dask_cache_folder", "partitions", "prepare_shards_distributed"]
 
@@ -297,7 +297,7 @@ def _pass2(part: _Part, job: _Job, chunks: int, pre: Preprocessor) -> _Written:
     labels: dict[str, SplitLabels] = {name: SplitLabels() for name in SPLITS}
     stats: dict[str, EncodeStats] = {name: EncodeStats() for name in SPLITS}
     rows = 0
-    for spilled in prefetch(SpilledChunk.load(folder / f"{i:06d}.npz") for i in range(chunks)):
+    for spilled in prefetch(SpilledChunk.load(chunk_path(folder, i)) for i in range(chunks)):
         _alive(job)
         for (name, _), data in encode_spilled(encoder, spilled, shard_pieces(writer, rows_by_split(spilled.codes))).items():
             writer.append(name, data)

@@ -39,6 +39,7 @@ from recsys.data.encoders import (
     hash_ids,
 )
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
+from recsys.data.streaming.token_table import TokenTable
 
 __all__ = ["ChunkEncoder", "DenseMoments", "StreamingFit", "TokenCounts", "column_tokens", "token_keys"]
 
@@ -296,13 +297,21 @@ class _Lookup:
         self.keys = keys[order]
         self.ids = order.astype(np.int64) + 1
         self.width = self.keys.dtype.itemsize
+        self.table = TokenTable(self.keys, self.ids) if TokenTable.usable() else None  # else the binary search
 
     def encode(self, tokens: pa.Array) -> np.ndarray:
         indices, keys = dictionary_tokens(tokens)
         return self.map_keys(keys)[indices]
 
     def map_keys(self, keys: np.ndarray) -> np.ndarray:
-        """The id (0 = OOV) of every :func:`token_keys` key."""
+        """The id (0 = OOV) of every :func:`token_keys` key (by hash where the compiled path is
+        on; :meth:`search_keys` is the reference)."""
+        if self.table is not None:
+            return self.table.lookup(keys, OOV_ID)
+        return self.search_keys(keys)
+
+    def search_keys(self, keys: np.ndarray) -> np.ndarray:
+        """:meth:`map_keys` by binary search over the sorted vocabulary keys."""
         if keys.dtype.itemsize > self.width:  # longer tokens than any in the vocabulary: never a hit
             fits = key_lengths(keys) < self.width
             keys = keys.astype(f"S{self.width}")

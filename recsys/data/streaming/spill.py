@@ -25,10 +25,10 @@ import pyarrow.compute as pc
 
 from recsys.data.encoders import EncodedData, dense_cells, hash_ids
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
-from recsys.data.streaming.encoders import ChunkEncoder, StreamingFit, column_tokens, dictionary_tokens
+from recsys.data.streaming.encoders import ChunkEncoder, StreamingFit, TokenCounts, column_tokens, dictionary_tokens
 from recsys.parallel import map_ordered
 
-__all__ = ["SpillFolder", "SpilledChunk", "spill_chunk"]
+__all__ = ["SpillFolder", "SpilledChunk", "chunk_path", "spill_chunk"]
 
 
 @dataclass
@@ -58,30 +58,46 @@ class SpilledChunk:
         return len(self.labels)
 
     def save(self, path: Path) -> None:
-        arrays: dict[str, np.ndarray] = {"codes": self.codes, "labels": self.labels}
+        """Write the arrays raw after a JSON header (no zip, no checksum, no fsync: the spill is
+        scratch, deleted with its folder, and a crash discards the folder)."""
+        arrays: list[tuple[str, np.ndarray]] = [("codes", self.codes), ("labels", self.labels)]
         names: dict[str, list[str]] = {}
-        for kind in ("dense", "indices", "keys", "ids", "lengths"):
+        for kind in _GROUPS:
             group: dict[str, np.ndarray] = getattr(self, kind)
             names[kind] = list(group)
-            for i, arr in enumerate(group.values()):
-                arrays[f"{kind}{i}"] = arr
-        arrays["names"] = np.frombuffer(json.dumps(names).encode(), dtype=np.uint8)
-        from recsys.io import atomic_path
-
-        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
-            np.savez(fh, **arrays)  # type: ignore[arg-type]
+            arrays += [(f"{kind}{i}", np.ascontiguousarray(arr)) for i, arr in enumerate(group.values())]
+        layout, offset = [], 0
+        for key, arr in arrays:
+            layout.append([key, arr.dtype.str, list(arr.shape), offset])
+            offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+        header = json.dumps({"names": names, "arrays": layout}).encode()
+        start = -(-(8 + len(header)) // _ALIGN) * _ALIGN
+        with open(path, "wb") as fh:  # scratch (see the docstring): written in place
+            fh.write(start.to_bytes(8, "little") + header.ljust(start - 8))
+            for (_, arr), (_, _, _, at) in zip(arrays, layout):
+                fh.seek(start + at)
+                fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
 
     @classmethod
     def load(cls, path: Path) -> SpilledChunk:
-        with np.load(path, allow_pickle=False) as z:
-            names = json.loads(z["names"].tobytes().decode())
-            groups = {kind: {n: z[f"{kind}{i}"] for i, n in enumerate(names[kind])} for kind in names}
-            return cls(z["codes"], z["labels"], **groups)
+        data = path.read_bytes()
+        start = int.from_bytes(data[:8], "little")
+        head = json.loads(data[8:start].rstrip(b" ").decode())
+        buf = memoryview(data)[start:]
+        arrays = {key: np.frombuffer(buf, dtype=np.dtype(dtype), count=int(np.prod(shape)), offset=at).reshape(shape)
+                  for key, dtype, shape, at in head["arrays"]}
+        groups = {kind: {n: arrays[f"{kind}{i}"] for i, n in enumerate(head["names"][kind])} for kind in _GROUPS}
+        return cls(arrays["codes"], arrays["labels"], **groups)
 
 
-def _spill_sparse(spec: FeatureSpec, cells: pd.Series, train: np.ndarray, count: bool) -> dict[str, Any]:
-    """One sparse column of a chunk: its lengths and hashed ids, or its dictionary encoding and
-    the training rows' counts of its distinct tokens (keys, counts) when ``count``."""
+_GROUPS = ("dense", "indices", "keys", "ids", "lengths")
+_ALIGN = 64  # every array starts on a 64-byte boundary of the file
+
+
+def _spill_sparse(spec: FeatureSpec, cells: pd.Series, train: np.ndarray, counter: TokenCounts | None) -> dict[str, Any]:
+    """One sparse column of a chunk: its lengths and hashed ids, or its dictionary encoding; the
+    training rows' counts of its distinct tokens go into ``counter`` (this feature's own: the
+    pool's threads never share one, and each sees the chunks in order)."""
     tokens, lens = column_tokens(spec, cells)
     if spec.hash_size is not None:
         enc = pc.dictionary_encode(tokens)
@@ -90,11 +106,11 @@ def _spill_sparse(spec: FeatureSpec, cells: pd.Series, train: np.ndarray, count:
         return {"lengths": lens, "ids": mapping[enc.indices.to_numpy(zero_copy_only=False)]}
     idx, keys = dictionary_tokens(tokens)
     out: dict[str, Any] = {"lengths": lens, "indices": idx, "keys": keys}
-    if count:
+    if counter is not None:
         train_idx = idx[train] if spec.kind is not FeatureKind.MULTI_CATEGORICAL else idx[np.repeat(train, lens)]
         counts = np.bincount(train_idx, minlength=len(keys))
         seen = counts > 0
-        out["counts"] = (keys[seen], counts[seen])
+        counter.add_keys(keys[seen], counts[seen])
     return out
 
 
@@ -108,29 +124,36 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
     """Dictionary-encode one chunk's columns and, when ``fit`` is given, count its training rows
     (``codes == 0``) into ``fit`` (what ``fit.update(frame, train_rows)`` counts).
 
-    The sparse columns are encoded on the column pool (:func:`recsys.parallel.map_ordered`); the counts
-    are added to ``fit`` afterwards in column order, so the result does not depend on the pool.
+    Every column is encoded on the column pool (:func:`recsys.parallel.map_ordered`), one
+    column per task; each column's counts go into its own counter of ``fit``, chunk after chunk,
+    so the result does not depend on the pool.
     """
     train = codes == 0
     rows = np.flatnonzero(train)
     count = fit is not None and len(rows) > 0
     specs = list(schema.sparse)
-    cells = [frame[spec.name] for spec in specs]
-    columns = map_ordered(lambda sc: _spill_sparse(sc[0], sc[1], train, count), list(zip(specs, cells)))
+
+    def column(item: tuple[FeatureSpec, Any]) -> Any:
+        spec, cells = item
+        if not spec.is_sparse:  # a dense scalar or vector: parsed, its training values counted
+            x = _parsed(cells)
+            if count and fit is not None:
+                fit.add_dense(spec, x[rows])
+            return x
+        return _spill_sparse(spec, cells, train, fit.counts.get(spec.name) if count and fit is not None else None)
+
+    work = [(spec, frame[spec.name]) for spec in specs] + [(spec, dense_cells(frame, spec)) for spec in schema.dense]
+    done = map_ordered(column, work)
     indices, keys, ids, lengths = {}, {}, {}, {}
-    for spec, col in zip(specs, columns):
+    for spec, col in zip(specs, done):
         lengths[spec.name] = col["lengths"]
         if "ids" in col:
             ids[spec.name] = col["ids"]
             continue
         indices[spec.name], keys[spec.name] = col["indices"], col["keys"]
-        if count and fit is not None:
-            fit.counts[spec.name].add_keys(*col["counts"])
-    dense = {spec.name: _parsed(dense_cells(frame, spec)) for spec in schema.dense}
+    dense = {spec.name: x for spec, x in zip(schema.dense, done[len(specs):])}
     if count and fit is not None:
         fit.rows += len(rows)
-        for spec in schema.dense:
-            fit.add_dense(spec, dense[spec.name][rows])
     labels = frame[schema.label].to_numpy(dtype=np.float32)
     return SpilledChunk(codes.astype(np.int8), labels, dense, indices, keys, ids, lengths)
 
@@ -150,6 +173,11 @@ def encode_spilled(encoder: ChunkEncoder, chunk: SpilledChunk, parts: dict[Any, 
     return encoder.assemble(sparse, chunk.dense, chunk.labels, parts)
 
 
+def chunk_path(folder: Path, i: int) -> Path:
+    """The file of spilled chunk number ``i`` in ``folder``."""
+    return folder / f"{i:06d}.spill"
+
+
 class SpillFolder:
     """Numbered spilled chunks in a folder that is removed on :meth:`close` (or exit)."""
 
@@ -161,12 +189,12 @@ class SpillFolder:
         self.count = 0
 
     def write(self, chunk: SpilledChunk) -> None:
-        chunk.save(self.folder / f"{self.count:06d}.npz")
+        chunk.save(chunk_path(self.folder, self.count))
         self.count += 1
 
     def __iter__(self) -> Iterator[SpilledChunk]:
         for i in range(self.count):
-            yield SpilledChunk.load(self.folder / f"{i:06d}.npz")
+            yield SpilledChunk.load(chunk_path(self.folder, i))
 
     def close(self) -> None:
         shutil.rmtree(self.folder, ignore_errors=True)

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import recsys.jit
 from recsys.data.schema import FeatureKind, FeatureSpec
 from selection.model_free import kernels
 from selection.model_free.column_codes import arrow_text, bin_codes, code_values, missing_mask, text_codes
@@ -135,7 +136,7 @@ def test_the_path_is_chosen_by_use_then_the_environment(monkeypatch: pytest.Monk
         kernels.active()
     with pytest.raises(ValueError, match="kernels='c'"), kernels.use("c"):  # type: ignore[arg-type]
         pass
-    monkeypatch.setattr(kernels, "numba", None)
+    monkeypatch.setattr(recsys.jit, "numba", None)
     with pytest.raises(RuntimeError, match="pip install numba"), kernels.use("numba"):
         pass
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+import recsys.jit
 from recsys.data.encoders import Preprocessor, Vocabulary
 from recsys.data.progress import Progress, format_seconds
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
@@ -158,3 +162,50 @@ def test_progress_logs_rate_and_eta(caplog: pytest.LogCaptureFixture) -> None:
     bar.update(10, fraction=0.25)
     assert bar.eta() is not None and bar.line().endswith(tuple("0123456789s"))
     assert [format_seconds(s) for s in (5, 65, 3725)] == ["5s", "1m05s", "1h02m"]
+
+
+@pytest.mark.skipif(not recsys.jit.available(), reason="numba is a dependency; this checks its look-up kernel")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab\x00\u00e9z", max_size=6), max_size=40, unique=True),
+       st.lists(st.text(alphabet="ab\x00\u00e9zq", max_size=9), max_size=40))
+def test_hash_lookup_equals_the_binary_search(vocab_tokens: list[str], queries: list[str]) -> None:
+    """Vocabulary ids by hash equal the binary search's, for chunk keys of any width (longer and
+    shorter than the vocabulary's), tokens with NUL bytes, unseen tokens (OOV) and an empty vocabulary."""
+    from recsys.data.streaming.encoders import _Lookup
+
+    with recsys.jit.use("numba"):
+        lookup = _Lookup(Vocabulary.fit(np.array(vocab_tokens, dtype=object)))
+    assert lookup.table is not None
+    for width in (None, 2, 12):
+        keys, fits = token_keys(pa.array(queries + ODD_TOKENS, type=pa.string()), width)
+        if width is not None:
+            keys = keys[fits]  # chunk keys always hold the whole token
+        np.testing.assert_array_equal(lookup.map_keys(keys), lookup.search_keys(keys))
+    known = token_keys(pa.array(vocab_tokens, type=pa.string()))[0]
+    assert (lookup.map_keys(known) > 0).all() if vocab_tokens else len(lookup.map_keys(known)) == 0
+
+
+def test_spilled_chunks_come_back_as_written(tmp_path: Path) -> None:
+    """The spill's raw format: every group, dtype and shape back (byte keys, N x D vectors, empty arrays)."""
+    from recsys.data.streaming.spill import SpilledChunk, chunk_path
+
+    rng = np.random.default_rng(0)
+    chunk = SpilledChunk(
+        codes=np.array([0, 1, 2, 0], dtype=np.int8), labels=rng.random(4).astype(np.float32),
+        dense={"price": np.array([1.5, np.nan, 0.0, -2.0]), "vec": rng.random((4, 3))},
+        indices={"cat": np.array([0, 1, 0, 2], dtype=np.int32), "none": np.zeros(0, dtype=np.int32)},
+        keys={"cat": token_keys(pa.array(["a", "a\x00", "é"]))[0], "none": np.zeros(0, dtype="S1")},
+        ids={"hashed": np.array([5, 9, 5, 1], dtype=np.int64)},
+        lengths={"cat": np.ones(4, np.int32), "none": np.zeros(4, np.int32), "hashed": np.ones(4, np.int32)},
+    )
+    chunk.save(chunk_path(tmp_path, 3))
+    back = SpilledChunk.load(chunk_path(tmp_path, 3))
+    for name in ("codes", "labels"):
+        np.testing.assert_array_equal(getattr(back, name), getattr(chunk, name))
+        assert getattr(back, name).dtype == getattr(chunk, name).dtype
+    for group in ("dense", "indices", "keys", "ids", "lengths"):
+        want, got = getattr(chunk, group), getattr(back, group)
+        assert list(got) == list(want)
+        for k in want:
+            assert got[k].dtype == want[k].dtype and got[k].shape == want[k].shape
+            np.testing.assert_array_equal(got[k], want[k])
