@@ -65,18 +65,17 @@ class SpilledChunk:
         for kind in _GROUPS:
             group: dict[str, np.ndarray] = getattr(self, kind)
             names[kind] = list(group)
-            arrays += [(f"{kind}{i}", np.ascontiguousarray(arr)) for i, arr in enumerate(group.values())]
-        layout, offset = [], 0
-        for key, arr in arrays:
-            layout.append([key, arr.dtype.str, list(arr.shape), offset])
-            offset += -(-arr.nbytes // _ALIGN) * _ALIGN
+            arrays += [(f"{kind}{i}", arr) for i, arr in enumerate(group.values())]
+        arrays = [(key, np.ascontiguousarray(arr)) for key, arr in arrays]
+        offsets = np.cumsum([0] + [-(-arr.nbytes // _ALIGN) * _ALIGN for _, arr in arrays]).tolist()
+        layout = [[key, arr.dtype.str, list(arr.shape), at] for (key, arr), at in zip(arrays, offsets)]
         header = json.dumps({"names": names, "arrays": layout}).encode()
         start = -(-(8 + len(header)) // _ALIGN) * _ALIGN
         with open(path, "wb") as fh:  # scratch (see the docstring): written in place
             fh.write(start.to_bytes(8, "little") + header.ljust(start - 8))
-            for (_, arr), (_, _, _, at) in zip(arrays, layout):
+            for (_, arr), at in zip(arrays, offsets):
                 fh.seek(start + at)
-                fh.write(memoryview(arr).cast("B") if arr.nbytes else b"")
+                fh.write(arr.view(np.uint8).reshape(-1).data if arr.nbytes else b"")
 
     @classmethod
     def load(cls, path: Path) -> SpilledChunk:
