@@ -19,6 +19,7 @@ with rare values and repetitions left out (``FeatureQuality.approximate``).
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -135,6 +136,12 @@ class FeatureProfile:
         return quality_row(self.spec, self.rows, self.missing, counts.sort_values(ascending=False, kind="stable"))
 
 
+def _add_cells(profile: FeatureProfile, frame: pd.DataFrame) -> None:
+    """Count one feature's cells of ``frame`` (taken here, so a pool thread holds one feature's
+    cells at a time: a vector's row keys are built per task)."""
+    profile.add(feature_cells(frame, profile.spec))
+
+
 class _Profile:
     """Every feature's :class:`FeatureProfile` and the label counts."""
 
@@ -152,8 +159,7 @@ class _Profile:
         if self.schema is None:
             self.schema, self.source = chunk.schema, chunk.report.source
             self.features = [FeatureProfile(s, *self.options) for s in chunk.schema.features]
-        cells = [feature_cells(chunk.frame, p.spec) for p in self.features]
-        map_ordered(lambda pc: pc[0].add(pc[1]), list(zip(self.features, cells)))  # each touches its own profile
+        map_ordered(partial(_add_cells, frame=chunk.frame), self.features)  # each task touches its own profile
         counts = chunk.frame[chunk.schema.label].value_counts(dropna=False)
         self.labels = counts if self.labels is None else self.labels.add(counts, fill_value=0)
         self.rows += len(chunk.frame)

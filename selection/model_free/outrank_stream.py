@@ -226,12 +226,14 @@ def _value_counts(col: pd.Series, spec: FeatureSpec) -> pd.Series:
     return code_values(col, spec).value_counts(dropna=False, sort=False)
 
 
-def _survey_column(col: pd.Series, spec: FeatureSpec, seen: np.ndarray | None, dense_bins: int | None,
-                   majority: MisraGries) -> tuple[np.ndarray | None, np.ndarray | None]:
+def _survey_column(work: tuple[FeatureSpec, np.ndarray | None, MisraGries], frame: pd.DataFrame,
+                   dense_bins: int | None) -> tuple[np.ndarray | None, np.ndarray | None]:
     """One feature's share of a survey chunk (on a pool thread: it touches only this feature's
     ``majority`` summary, fed chunk by chunk in order): its value counts go into ``majority``;
     returns, for a dense feature, its values and the distinct values seen so far (``seen``, None
     once past the cap)."""
+    spec, seen, majority = work
+    col = feature_cells(frame, spec)
     arr = arrow_text(col) if spec.kind is FeatureKind.CATEGORICAL and kernels.active() == "numba" else None
     if arr is not None:  # the candidate without hashing the text (pass 2 counts it exactly)
         value, net = kernels.majority_vote(arr)
@@ -312,9 +314,9 @@ def survey_chunks(source: ChunkSource, method: OutRankConfig | None = None, *, e
             survey.label.add(label)
             values = {_LABEL: pd.to_numeric(label, errors="coerce").to_numpy(dtype=np.float64)}
             specs = list(schema.features)
-            cells = [feature_cells(frame, s) for s in specs]
-            work = [(s, c, distinct.get(s.name), survey.majority[s.name]) for s, c in zip(specs, cells)]
-            counted = map_ordered(lambda w: _survey_column(w[1], w[0], w[2], method.dense_bins, w[3]), work)
+            # each task takes its own cells (a vector's row keys are built there, one at a time per thread)
+            work = [(s, distinct.get(s.name), survey.majority[s.name]) for s in specs]
+            counted = map_ordered(partial(_survey_column, frame=frame, dense_bins=method.dense_bins), work)
             for s, (x, seen) in zip(specs, counted):
                 if x is not None:
                     values[s.name] = x

@@ -132,17 +132,15 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
     count = fit is not None and len(rows) > 0
     specs = list(schema.sparse)
 
-    def column(item: tuple[FeatureSpec, Any]) -> Any:
-        spec, cells = item
+    def column(spec: FeatureSpec) -> Any:  # the task takes its own cells: one column's copy per thread at a time
         if not spec.is_sparse:  # a dense scalar or vector: parsed, its training values counted
-            x = _parsed(cells)
+            x = _parsed(dense_cells(frame, spec))
             if count and fit is not None:
                 fit.add_dense(spec, x[rows])
             return x
-        return _spill_sparse(spec, cells, train, fit.counts.get(spec.name) if count and fit is not None else None)
+        return _spill_sparse(spec, frame[spec.name], train, fit.counts.get(spec.name) if count and fit is not None else None)
 
-    work = [(spec, frame[spec.name]) for spec in specs] + [(spec, dense_cells(frame, spec)) for spec in schema.dense]
-    done = map_ordered(column, work)
+    done = map_ordered(column, [*specs, *schema.dense])
     indices, keys, ids, lengths = {}, {}, {}, {}
     for spec, col in zip(specs, done):
         lengths[spec.name] = col["lengths"]
