@@ -467,6 +467,17 @@ def _batch_of(column: tuple[_ChunkColumn, FeatureSpec], rows: slice) -> EncodedC
     return column[0].batch(column[1], rows)
 
 
+def _pooled_batch(spec: FeatureSpec, coded: dict[str, _ChunkColumn | None], batch: pd.DataFrame, rows: slice,
+                  plan: _Plan, dense_bins: int | None) -> EncodedColumn | None:
+    """A batch's column on a pool thread: a slice of the chunk's codes, or a vector coded from the
+    batch; None for a multi-hot column (its token codes follow the stream: coded in order)."""
+    if (c := coded[spec.name]) is not None:
+        return c.batch(spec, rows)
+    if spec.kind is FeatureKind.MULTI_CATEGORICAL and not spec.is_vector:
+        return None
+    return _encode(batch, spec, plan, {}, dense_bins)
+
+
 def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]],
             dense_bins: int | None) -> EncodedColumn:
     if spec.is_vector:
@@ -568,9 +579,11 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 part = slice(at, at + stop - start)
                 batch = frame.iloc[part].reset_index(drop=True) if by_batch else frame
                 y = _label_batch(batch[schema.label], plan, method) if label is None else first_appearance(label[part])
-                if by_batch:  # multi-hot vocabularies grow in stream order: coded on this thread
-                    cols = [_encode(batch, s, plan, vocabs, method.dense_bins) if (c := coded[s.name]) is None
-                            else c.batch(s, part) for s in specs]
+                if by_batch:  # vectors (and slices of the chunk's codes) on the pool; multi-hot here, in stream order
+                    pooled = map_ordered(partial(_pooled_batch, coded=coded, batch=batch, rows=part, plan=plan,
+                                                 dense_bins=method.dense_bins), specs)
+                    cols = [c if c is not None else _encode(batch, s, plan, vocabs, method.dense_bins)
+                            for s, c in zip(specs, pooled)]
                 else:  # slices of the chunk's codes, relabelled on the pool
                     chunk_cols = [(c, s) for s in specs if (c := coded[s.name]) is not None]
                     cols = map_ordered(partial(_batch_of, rows=part), chunk_cols)

@@ -312,3 +312,22 @@ def test_one_bin_agrees_with_coding_every_value() -> None:
     for x in cases:
         for e in (edges, None):
             assert _one_bin(x, e) == (len(np.unique(bin_codes(x, e))) <= 1), (x, e)
+
+
+def test_vectors_stream_like_in_memory_on_any_thread_count(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pre-computed vector beside text, multi-hot and dense columns: the streamed scores (vectors
+    coded batch by batch on the column pool, multi-hot in stream order) equal the in-memory ones,
+    on 1 and 3 threads."""
+    raw = _synthetic(n=7_000)
+    rng = np.random.default_rng(1)
+    y = raw.frame["label"].to_numpy()
+    emb = rng.standard_normal((len(y), 4)) + 0.8 * y[:, None]
+    frame = raw.frame.assign(**{f"emb_{i}": emb[:, i] for i in range(4)})
+    schema = Schema((*raw.schema.features, FeatureSpec("emb", FeatureKind.VECTOR, dim=4)), label="label", name="syn")
+    raw = RawData(frame, schema, raw.report)
+    config = OutRankConfig(progress=False, ranking="relevance", minibatch_size=2048)
+    memory = score_raw(raw, config)
+    for threads in ("1", "3"):
+        monkeypatch.setenv("SALIENCE_THREADS", threads)
+        _assert_same(memory, score_stream(_chunks(raw, 1_500), config, progress=False))
+    assert memory.relevance["emb"] > memory.relevance["zipf"]
