@@ -92,6 +92,7 @@ from recsys.data.streaming.shards import (
     save_preprocessor,
 )
 from recsys.data.streaming.spill import SpilledChunk, SpillFolder, chunk_path, encode_spilled, spill_chunk
+from recsys.parallel import THREADS_VARIABLE
 
 __all__ = ["dask_cache_folder", "partitions", "prepare_shards_distributed"]
 
@@ -332,8 +333,9 @@ def _connect(client: Any, n_workers: int | None) -> Iterator[Any]:
             yield c
         return
     # loopback only: Dask unpickles what its clients send, so a local cluster never listens beyond this host
+    # single-threaded workers keep the column pool (recsys.parallel) inline: one process per core already
     with LocalCluster(n_workers=n_workers, threads_per_worker=1, processes=True, host=LOOPBACK,
-                      dashboard_address=f"{LOOPBACK}:8787") as cluster, Client(cluster) as c:
+                      dashboard_address=f"{LOOPBACK}:8787", env={THREADS_VARIABLE: "1"}) as cluster, Client(cluster) as c:
         yield c
 
 
