@@ -36,6 +36,7 @@ from typing import Any
 
 import numpy as np
 
+from recsys.data.streaming.encoders import string_buffers
 from recsys.jit import Kernels, active, available, jit, use
 
 __all__ = ["KERNEL_KEYS", "Kernels", "active", "available", "bin_codes", "compiled", "cond_xlogx", "distinct_count",
@@ -196,15 +197,10 @@ def majority_vote(arr: Any) -> tuple[str | None, int]:
     candidate; the cells are pairs of two different values plus ``net count`` copies of the
     candidate (what :class:`~selection.model_free.sketch.MisraGries` with ``k = 1`` needs).
     ``(None, 0)`` for no cells."""
-    import pyarrow as pa
-
     n = len(arr)
     if n == 0:
         return None, 0
-    validity, off_buf, data_buf = arr.buffers()
-    off_type = np.int64 if pa.types.is_large_string(arr.type) else np.int32
-    offsets = np.frombuffer(off_buf, dtype=off_type)[arr.offset: arr.offset + n + 1].astype(np.int64)
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(1, np.uint8)
-    valid = np.ones(n, dtype=np.bool_) if validity is None else arr.is_valid().to_numpy(zero_copy_only=False)
+    offsets, data = string_buffers(arr)
+    valid = np.ones(n, dtype=np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
     cand, count = _vote_kernel(offsets, data, valid)
     return (arr[cand].as_py() or ""), int(count)

@@ -445,12 +445,13 @@ class _ChunkColumn:
                              binned=self.binned)
 
 
-def _chunk_column(values: pd.Series | None, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
-    """``spec``'s column (``values``, a chunk's cells) coded once for all its batches (as
-    :func:`_encode` codes a batch); None for the features coded batch by batch (multi-hot, whose
-    token codes follow the stream's first appearances, and vectors)."""
-    if values is None or spec.is_vector or spec.kind is FeatureKind.MULTI_CATEGORICAL:
+def _chunk_column(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
+    """``spec``'s column of ``frame`` coded once for all its batches (as :func:`_encode` codes a
+    batch); None for the features coded batch by batch (multi-hot, whose token codes follow the
+    stream's first appearances, and vectors)."""
+    if spec.is_vector or spec.kind is FeatureKind.MULTI_CATEGORICAL:
         return None
+    values = frame[spec.name]
     if spec.kind is FeatureKind.CATEGORICAL and (arr := arrow_text(values)) is not None:
         return _ChunkColumn(*text_codes(arr, spec), binned=False)
     missing = missing_mask(values, spec)
@@ -461,10 +462,6 @@ def _chunk_column(values: pd.Series | None, spec: FeatureSpec, plan: _Plan) -> _
         missing |= np.isnan(dense_values(values))
     codes, uniques = pd.factorize(code_values(values, spec), use_na_sentinel=False)
     return _ChunkColumn(np.asarray(codes, dtype=np.int64), missing, uniques)
-
-
-def _batch_of(column: tuple[_ChunkColumn, FeatureSpec], rows: slice) -> EncodedColumn:
-    return column[0].batch(column[1], rows)
 
 
 def _pooled_batch(spec: FeatureSpec, coded: dict[str, _ChunkColumn | None], batch: pd.DataFrame, rows: slice,
@@ -556,8 +553,7 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 frame = pd.concat([tail, frame])
             frame = frame.reset_index(drop=True)
             new = slice(held, len(frame))
-            cells = [frame[s.name] if s.name in frame.columns else None for s in specs]
-            coded = dict(zip(names, map_ordered(lambda sv: _chunk_column(sv[1], sv[0], plan), list(zip(specs, cells)))))
+            coded = dict(zip(names, map_ordered(partial(_chunk_column, frame, plan=plan), specs)))
             for s in specs:  # counts over every selected row (the batches drop a short trailing one)
                 col = coded[s.name]
                 if col is None:
@@ -579,14 +575,11 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
                 part = slice(at, at + stop - start)
                 batch = frame.iloc[part].reset_index(drop=True) if by_batch else frame
                 y = _label_batch(batch[schema.label], plan, method) if label is None else first_appearance(label[part])
-                if by_batch:  # vectors (and slices of the chunk's codes) on the pool; multi-hot here, in stream order
-                    pooled = map_ordered(partial(_pooled_batch, coded=coded, batch=batch, rows=part, plan=plan,
-                                                 dense_bins=method.dense_bins), specs)
-                    cols = [c if c is not None else _encode(batch, s, plan, vocabs, method.dense_bins)
-                            for s, c in zip(specs, pooled)]
-                else:  # slices of the chunk's codes, relabelled on the pool
-                    chunk_cols = [(c, s) for s in specs if (c := coded[s.name]) is not None]
-                    cols = map_ordered(partial(_batch_of, rows=part), chunk_cols)
+                # slices of the chunk's codes and vectors on the pool; multi-hot here, in stream order
+                pooled = map_ordered(partial(_pooled_batch, coded=coded, batch=batch, rows=part, plan=plan,
+                                             dense_bins=method.dense_bins), specs)
+                cols = [c if c is not None else _encode(batch, s, plan, vocabs, method.dense_bins)
+                        for s, c in zip(specs, pooled)]
                 acc.add(cols, 0, stop - start, y, start)
                 at += stop - start
                 b += 1

@@ -41,7 +41,7 @@ from recsys.data.encoders import (
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.token_table import TokenTable
 
-__all__ = ["ChunkEncoder", "DenseMoments", "StreamingFit", "TokenCounts", "column_tokens", "token_keys"]
+__all__ = ["ChunkEncoder", "DenseMoments", "StreamingFit", "TokenCounts", "column_tokens", "string_buffers", "token_keys"]
 
 _TERMINATOR = 1  # byte appended to every key: tokens that differ only by trailing NULs stay distinct
 
@@ -78,6 +78,17 @@ def column_tokens(spec: FeatureSpec, cells: pd.Series | np.ndarray | pa.Array) -
     return flat.filter(keep), lengths
 
 
+def string_buffers(arr: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """``(offsets, data)`` of an Arrow string or binary array (one chunk), without a copy of the
+    bytes: cell ``i`` is ``data[offsets[i]:offsets[i + 1]]`` (int64 offsets, N + 1; a null cell's
+    bytes are whatever its slot holds, usually none)."""
+    _, off_buf, data_buf = arr.buffers()
+    off_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
+    offsets = np.frombuffer(off_buf, dtype=off_type)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    return offsets, data
+
+
 def token_keys(arr: pa.Array, width: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Fixed-width byte keys of Arrow strings: the UTF-8 bytes, a terminator byte, NUL padding.
 
@@ -90,10 +101,7 @@ def token_keys(arr: pa.Array, width: int | None = None) -> tuple[np.ndarray, np.
     n = len(arr)
     if n == 0:
         return np.zeros(0, dtype=f"S{width or 1}"), np.zeros(0, bool)
-    _, off_buf, data_buf = arr.buffers()
-    off_type = np.int64 if pa.types.is_large_string(arr.type) or pa.types.is_large_binary(arr.type) else np.int32
-    offsets = np.frombuffer(off_buf, dtype=off_type)[arr.offset : arr.offset + n + 1].astype(np.int64)
-    data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8)
+    offsets, data = string_buffers(arr)
     lengths = np.diff(offsets)
     w = int(lengths.max()) + 1 if width is None else int(width)
     fits = lengths < w

@@ -129,16 +129,16 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
     """
     train = codes == 0
     rows = np.flatnonzero(train)
-    count = fit is not None and len(rows) > 0
+    counting = fit if fit is not None and len(rows) > 0 else None  # where the training rows are counted
     specs = list(schema.sparse)
 
     def column(spec: FeatureSpec) -> Any:  # the task takes its own cells: one column's copy per thread at a time
         if not spec.is_sparse:  # a dense scalar or vector: parsed, its training values counted
             x = _parsed(dense_cells(frame, spec))
-            if count and fit is not None:
-                fit.add_dense(spec, x[rows])
+            if counting is not None:
+                counting.add_dense(spec, x[rows])
             return x
-        return _spill_sparse(spec, frame[spec.name], train, fit.counts.get(spec.name) if count and fit is not None else None)
+        return _spill_sparse(spec, frame[spec.name], train, counting.counts.get(spec.name) if counting is not None else None)
 
     done = map_ordered(column, [*specs, *schema.dense])
     indices, keys, ids, lengths = {}, {}, {}, {}
@@ -149,8 +149,8 @@ def spill_chunk(frame: pd.DataFrame, schema: Schema, codes: np.ndarray, fit: Str
             continue
         indices[spec.name], keys[spec.name] = col["indices"], col["keys"]
     dense = {spec.name: x for spec, x in zip(schema.dense, done[len(specs):])}
-    if count and fit is not None:
-        fit.rows += len(rows)
+    if counting is not None:
+        counting.rows += len(rows)
     labels = frame[schema.label].to_numpy(dtype=np.float32)
     return SpilledChunk(codes.astype(np.int8), labels, dense, indices, keys, ids, lengths)
 
