@@ -426,7 +426,7 @@ class _ChunkColumn:
     appearance (:func:`~selection.model_free.mutual_info.first_appearance`): exactly the codes
     of encoding the batch's rows alone (equal cells, equal codes), at one encoding per chunk."""
 
-    codes: np.ndarray  # int64: bin numbers (binned) or factorized cells
+    codes: np.ndarray  # bin numbers (binned) or factorized cells, in the smallest unsigned dtype (:func:`_compact`)
     missing: np.ndarray  # bool, as EncodedColumn.missing
     uniques: Any = None  # unbinned: the cell of each code (a pandas Index, or a pyarrow array of text)
     binned: bool = False
@@ -445,34 +445,71 @@ class _ChunkColumn:
                              binned=self.binned)
 
 
-def _chunk_column(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
-    """``spec``'s column of ``frame`` coded once for all its batches (as :func:`_encode` codes a
+class _Rows:
+    """Consecutive frames with the same columns, read as one without concatenating them whole: a
+    column (or a few, for some rows) is concatenated when it is read, on the pool thread that
+    codes it, so no copy of all the rows is ever held."""
+
+    def __init__(self, parts: list[pd.DataFrame]) -> None:
+        self.parts = parts
+        self.stops = np.cumsum([len(p) for p in parts])
+
+    def __len__(self) -> int:
+        return int(self.stops[-1]) if len(self.stops) else 0
+
+    def column(self, name: str) -> pd.Series:
+        return pd.concat([p[name] for p in self.parts], ignore_index=True)
+
+    def frame(self, rows: slice, columns: list[str]) -> pd.DataFrame:
+        """``columns`` of the rows ``rows`` (a step-1 slice), indexed from 0."""
+        lo, hi, _ = rows.indices(len(self))
+        starts = self.stops - [len(p) for p in self.parts]
+        pieces = [p[columns].iloc[max(lo - a, 0):hi - a] for p, a, z in zip(self.parts, starts, self.stops) if a < hi and z > lo]
+        return pd.concat(pieces, ignore_index=True) if pieces else self.parts[0][columns].iloc[:0]
+
+    def after(self, row: int) -> list[pd.DataFrame]:
+        """The parts' rows from ``row`` on, each copied (so that the frames they came from are freed)."""
+        starts = self.stops - [len(p) for p in self.parts]
+        return [p.iloc[max(row - a, 0):].copy() for p, a, z in zip(self.parts, starts, self.stops) if z > row]
+
+
+def _chunk_column(rows: _Rows, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
+    """``spec``'s column of ``rows`` coded once for all their batches (as :func:`_encode` codes a
     batch); None for the features coded batch by batch (multi-hot, whose token codes follow the
     stream's first appearances, and vectors)."""
     if spec.is_vector or spec.kind is FeatureKind.MULTI_CATEGORICAL:
         return None
-    values = frame[spec.name]
+    values = rows.column(spec.name)
     if spec.kind is FeatureKind.CATEGORICAL and (arr := arrow_text(values)) is not None:
-        return _ChunkColumn(*text_codes(arr, spec), binned=False)
+        codes, missing, uniques = text_codes(arr, spec)
+        return _ChunkColumn(_compact(codes), missing, uniques)
     missing = missing_mask(values, spec)
     if spec.name in plan.edges:
         x = dense_values(values)
-        return _ChunkColumn(bin_codes(x, plan.edges[spec.name]), missing | np.isnan(x), binned=True)
+        return _ChunkColumn(_compact(bin_codes(x, plan.edges[spec.name])), missing | np.isnan(x), binned=True)
     if spec.kind is FeatureKind.DENSE:  # at most dense_bins values over the scored rows: coded by value
         missing |= np.isnan(dense_values(values))
     codes, uniques = pd.factorize(code_values(values, spec), use_na_sentinel=False)
-    return _ChunkColumn(np.asarray(codes, dtype=np.int64), missing, uniques)
+    return _ChunkColumn(_compact(codes), missing, uniques)
 
 
-def _pooled_batch(spec: FeatureSpec, coded: dict[str, _ChunkColumn | None], batch: pd.DataFrame, rows: slice,
+def _compact(codes: np.ndarray) -> np.ndarray:
+    """Non-negative codes in the smallest unsigned dtype that holds them (a chunk's codes are
+    held for all its batches: at F = 5,000 features the int64 copy was most of the pass's memory)."""
+    top = int(codes.max()) if codes.size else 0
+    return codes.astype(np.min_scalar_type(top), copy=False)
+
+
+def _pooled_batch(spec: FeatureSpec, coded: dict[str, _ChunkColumn | None], rows: _Rows, part: slice,
                   plan: _Plan, dense_bins: int | None) -> EncodedColumn | None:
-    """A batch's column on a pool thread: a slice of the chunk's codes, or a vector coded from the
-    batch; None for a multi-hot column (its token codes follow the stream: coded in order)."""
+    """A batch's column on a pool thread: a slice of the rows' codes, or a vector coded from the
+    batch's rows (its columns alone copied, here); None for a multi-hot column (its token codes
+    follow the stream: coded in order)."""
     if (c := coded[spec.name]) is not None:
-        return c.batch(spec, rows)
+        return c.batch(spec, part)
     if spec.kind is FeatureKind.MULTI_CATEGORICAL and not spec.is_vector:
         return None
-    return _encode(batch, spec, plan, {}, dense_bins)
+    return _encode(rows.frame(part, list(spec.columns)), spec, plan, {}, dense_bins)
 
 
 def _encode(frame: pd.DataFrame, spec: FeatureSpec, plan: _Plan, vocabs: dict[str, dict[Any, int]],
@@ -532,71 +569,111 @@ def score_stream(source: ChunkSource, method: OutRankConfig | None = None, *, pa
     batches = batch_ranges(plan.n, method.batch_rows(schema))
     pair_ids = pair_batch_ids(len(batches), method.pair_batches) if pairs else set()
     acc = BatchScores(method, names, [f for f in names if f not in plan.pair_excluded], pair_ids)
-    missing = dict.fromkeys(names, 0)
-    top = dict.fromkeys(names, 0)
-    bins = {f: np.zeros(3 if e is None else len(e) + 2, dtype=np.int64) for f, e in plan.edges.items()}
-    tail: pd.DataFrame | None = None  # selected rows of earlier chunks waiting for their batch
-    b, offset, scored = 0, 0, 0  # next batch, rows read, rows selected
-    vocabs: dict[str, dict[Any, int]] = {}  # multi-hot tokens -> first appearance (see encode_column)
+    scorer = _Scorer(specs, plan, method, batches, acc, schema.label)
+    offset, scored = 0, 0  # rows read, rows selected
     columns = [*schema.columns, schema.label]
     with Progress("outrank pass 2/2: scoring", total=survey.rows, enabled=progress) as bar:
         for chunk in source():
-            rows = offset + np.arange(len(chunk.frame), dtype=np.int64)
+            read, fraction = len(chunk.frame), _fraction(chunk)
+            rows = offset + np.arange(read, dtype=np.int64)
             keep = rows % method.subsampling == 0
             if plan.selected is not None:
                 keep &= _member(rows, plan.selected)
-            frame = chunk.frame.loc[keep, columns]
-            offset += len(chunk.frame)
-            scored += len(frame)
-            held = 0 if tail is None else len(tail)
-            if held:  # the batch that crosses the chunk boundary is coded in one piece
-                frame = pd.concat([tail, frame])
-            frame = frame.reset_index(drop=True)
-            new = slice(held, len(frame))
-            coded = dict(zip(names, map_ordered(partial(_chunk_column, frame, plan=plan), specs)))
-            for s in specs:  # counts over every selected row (the batches drop a short trailing one)
-                col = coded[s.name]
-                if col is None:
-                    cells = feature_cells(frame.iloc[new], s)
-                    missing[s.name] += _missing_count(cells, s)
-                    if s.name in plan.candidates:
-                        top[s.name] += _count_value(code_values(cells, s), plan.candidates[s.name])
-                    continue
-                missing[s.name] += int(col.missing[new].sum())
-                if s.name in bins:
-                    bins[s.name] += np.bincount(col.codes[new], minlength=len(bins[s.name]))
-                elif s.name in plan.candidates:
-                    top[s.name] += col.count(plan.candidates[s.name], new)
-            label = _label_chunk(frame[schema.label], plan, method) if b < len(batches) else None
-            by_batch = label is None or None in coded.values()  # something coded from the batch's own rows
-            at = 0
-            while b < len(batches) and len(frame) - at >= batches[b][1] - batches[b][0]:
-                start, stop = batches[b]
-                part = slice(at, at + stop - start)
-                batch = frame.iloc[part].reset_index(drop=True) if by_batch else frame
-                y = _label_batch(batch[schema.label], plan, method) if label is None else first_appearance(label[part])
-                # slices of the chunk's codes and vectors on the pool; multi-hot here, in stream order
-                pooled = map_ordered(partial(_pooled_batch, coded=coded, batch=batch, rows=part, plan=plan,
-                                             dense_bins=method.dense_bins), specs)
-                cols = [c if c is not None else _encode(batch, s, plan, vocabs, method.dense_bins)
-                        for s, c in zip(specs, pooled)]
-                acc.add(cols, 0, stop - start, y, start)
-                at += stop - start
-                b += 1
-            tail = frame.iloc[at:] if b < len(batches) else None
-            bar.update(len(chunk.frame), _fraction(chunk))
-    if offset != survey.rows or scored != plan.n or b != len(batches):
+            frame = chunk.frame[columns]  # copy-on-write: no copy unless rows are dropped
+            del chunk  # the scorer holds what it needs, and the next chunk is read without this one
+            scorer.add(frame if keep.all() else frame.loc[keep])
+            del frame
+            offset += read
+            scored += int(keep.sum())
+            bar.update(read, fraction)
+    scorer.finish()
+    if offset != survey.rows or scored != plan.n or scorer.b != len(batches):
         raise DataError(f"{survey.source}: the data changed between the two passes ({survey.rows} rows, then {offset}); "
                         "run again once the file is complete")
-    n = plan.n
+    n, top, bins, missing = plan.n, scorer.top, scorer.bins, scorer.missing
     for f, counted in bins.items():
         top[f] = int(counted.max())
     constant = {f for f in names if top[f] == n or (f in bins and np.count_nonzero(bins[f]) <= 1)}
     near = {f for f in names if f not in constant and top[f] >= NEAR_CONSTANT_SHARE * n}
     all_missing = {f for f in names if missing[f] == n}
-    scores = acc.finish({s.name: s.kind.value for s in specs}, constant, all_missing, near, pairs,
-                        time.perf_counter() - t0)
-    return scores
+    return acc.finish({s.name: s.kind.value for s in specs}, constant, all_missing, near, pairs, time.perf_counter() - t0)
+
+
+class _Scorer:
+    """The scoring pass after the survey: selected rows wait until they complete a batch, then
+    are coded once (:func:`_chunk_column`), counted, and their batches scored; the rows after the
+    last whole batch wait for the next rows (at thousands of columns a batch spans many chunks:
+    each row is coded once, and no more than a batch and a chunk of raw rows are held)."""
+
+    def __init__(self, specs: list[FeatureSpec], plan: _Plan, method: OutRankConfig, batches: list[tuple[int, int]],
+                 acc: BatchScores, label: str) -> None:
+        self.specs, self.plan, self.method, self.batches, self.acc, self.label = specs, plan, method, batches, acc, label
+        names = [s.name for s in specs]
+        self.missing = dict.fromkeys(names, 0)  # counts over every selected row (the batches drop a short trailing one)
+        self.top = dict.fromkeys(names, 0)
+        self.bins = {f: np.zeros(3 if e is None else len(e) + 2, dtype=np.int64) for f, e in plan.edges.items()}
+        self.b = 0  # the next batch
+        self.vocabs: dict[str, dict[Any, int]] = {}  # multi-hot tokens -> first appearance (see encode_column)
+        self.pending: list[pd.DataFrame] = []  # selected rows waiting for their batch
+        self.waiting = 0  # rows in pending
+        self.counted = 0  # rows at the head of pending already counted (the rows a batch left)
+
+    def add(self, frame: pd.DataFrame) -> None:
+        self.pending.append(frame)
+        self.waiting += len(frame)
+        if self.b < len(self.batches) and self.waiting < self.batches[self.b][1] - self.batches[self.b][0]:
+            return  # coded with the rows that complete the batch
+        self._flush()
+
+    def finish(self) -> None:
+        """Count the rows after the last batch."""
+        if self.waiting > self.counted:
+            self._flush()
+
+    def _flush(self) -> None:
+        rows = _Rows(self.pending)
+        self.pending = []
+        coded = dict(zip(self.missing, map_ordered(partial(_chunk_column, rows, plan=self.plan), self.specs)))
+        self._count(rows, coded, slice(self.counted, len(rows)))
+        at = self._score_batches(rows, coded)
+        self.pending = rows.after(at) if self.b < len(self.batches) else []
+        self.waiting = self.counted = len(rows) - at if self.pending else 0
+
+    def _count(self, rows: _Rows, coded: dict[str, _ChunkColumn | None], new: slice) -> None:
+        plan = self.plan
+        for s in self.specs:
+            col = coded[s.name]
+            if col is None:
+                cells = feature_cells(rows.frame(new, list(s.columns)), s)
+                self.missing[s.name] += _missing_count(cells, s)
+                if s.name in plan.candidates:
+                    self.top[s.name] += _count_value(code_values(cells, s), plan.candidates[s.name])
+                continue
+            self.missing[s.name] += int(col.missing[new].sum())
+            if s.name in self.bins:
+                self.bins[s.name] += np.bincount(col.codes[new], minlength=len(self.bins[s.name]))
+            elif s.name in plan.candidates:
+                self.top[s.name] += col.count(plan.candidates[s.name], new)
+
+    def _score_batches(self, rows: _Rows, coded: dict[str, _ChunkColumn | None]) -> int:
+        """Score the batches that ``rows`` hold whole (from the first row); returns the rows they used."""
+        plan, method, batches = self.plan, self.method, self.batches
+        label = _label_chunk(rows.column(self.label), plan, method) if self.b < len(batches) else None
+        at = 0
+        while self.b < len(batches) and len(rows) - at >= batches[self.b][1] - batches[self.b][0]:
+            start, stop = batches[self.b]
+            part = slice(at, at + stop - start)
+            y = (first_appearance(label[part]) if label is not None else
+                 _label_batch(rows.frame(part, [self.label])[self.label], plan, method))
+            # slices of the rows' codes and vectors on the pool; multi-hot here, in stream order
+            pooled = map_ordered(partial(_pooled_batch, coded=coded, rows=rows, part=part, plan=plan,
+                                         dense_bins=method.dense_bins), self.specs)
+            cols = [c if c is not None else _encode(rows.frame(part, [s.name]), s, plan, self.vocabs, method.dense_bins)
+                    for s, c in zip(self.specs, pooled)]
+            self.acc.add(cols, 0, stop - start, y, start)
+            at += stop - start
+            self.b += 1
+        return at
 
 
 def _sample_label_bins(survey: Survey, plan: _Plan, method: OutRankConfig) -> np.ndarray | None:

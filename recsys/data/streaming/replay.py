@@ -115,8 +115,8 @@ class ChunkReplay:
         import pyarrow.feather as feather
 
         for path, schema, report in self.chunks:
-            frame = feather.read_table(str(path), memory_map=True).to_pandas()
-            yield RawData(frame, schema, dataclasses.replace(report))
+            # no local name for the frame: a suspended generator would hold it while the caller works
+            yield RawData(feather.read_table(str(path), memory_map=True).to_pandas(), schema, dataclasses.replace(report))
 
     def _drop(self, reason: str) -> None:
         self.reason = reason

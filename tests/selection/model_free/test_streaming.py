@@ -331,3 +331,25 @@ def test_vectors_stream_like_in_memory_on_any_thread_count(monkeypatch: pytest.M
         monkeypatch.setenv("SALIENCE_THREADS", threads)
         _assert_same(memory, score_stream(_chunks(raw, 1_500), config, progress=False))
     assert memory.relevance["emb"] > memory.relevance["zipf"]
+
+
+def test_rows_read_across_frames_as_their_concatenation() -> None:
+    """The scoring pass reads the frames waiting for a batch column by column (``_Rows``): every
+    column, row range and remainder equals the one of the frames concatenated."""
+    from selection.model_free.outrank_stream import _Rows
+
+    frame = _synthetic(n=1_000).frame
+    cuts = [0, 1, 250, 251, 700, 1_000]
+    rows = _Rows([frame.iloc[a:b] for a, b in zip(cuts, cuts[1:])])
+    whole = frame.reset_index(drop=True)
+    assert len(rows) == 1_000
+    pd.testing.assert_series_equal(rows.column("price"), whole["price"])
+    pd.testing.assert_series_equal(rows.column("bag"), whole["bag"])
+    for lo, hi in ((0, 1_000), (0, 1), (1, 251), (249, 702), (700, 1_000), (999, 1_000), (300, 300)):
+        pd.testing.assert_frame_equal(rows.frame(slice(lo, hi), ["zipf", "label"]),
+                                      whole[["zipf", "label"]].iloc[lo:hi].reset_index(drop=True))
+    for at in (0, 1, 251, 999, 1_000):
+        rest = rows.after(at)
+        assert sum(map(len, rest)) == 1_000 - at
+        if rest:
+            pd.testing.assert_frame_equal(pd.concat(rest).reset_index(drop=True), whole.iloc[at:].reset_index(drop=True))
