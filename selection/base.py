@@ -9,6 +9,7 @@ Subclasses register themselves by ``name``, which is what ``salience rank --meth
 
 from __future__ import annotations
 
+import importlib
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -34,11 +35,25 @@ class WidthRefusal(ValueError):
     the cost (what it would take) and what to use instead."""
 
 
+#: the built-in methods: name -> the module that defines (and, imported, registers) it. A method is
+#: imported when it is first looked up, so that ranking a file with OutRank does not import the
+#: model-based methods, and torch with them. None of them is a baseline (tested).
+BUILTIN_METHODS: dict[str, str] = {
+    "adafs": "selection.model_based.adafs", "autofield": "selection.model_based.autofield",
+    "gbdt": "selection.shallow.gbdt", "lasso": "selection.shallow.lasso", "leap": "selection.model_based.leap",
+    "lightgbm": "selection.shallow.lightgbm_importance", "lpfs": "selection.model_based.lpfs",
+    "optfs": "selection.model_based.optfs", "outrank": "selection.model_free.outrank",
+    "permutation": "selection.model_based.permutation", "random_forest": "selection.shallow.random_forest",
+    "sfs": "selection.model_based.sensitivity", "shark": "selection.model_based.sensitivity",
+}
+
+
 class ImportanceMethod(Registered, ABC):
     """Ranks the features of a recipe.
 
     Subclasses set ``name`` (registered for the CLI) and implement :meth:`rank`; a dataclass
-    subclass gets :meth:`describe` for free.
+    subclass gets :meth:`describe` for free. The built-in methods are registered by name before
+    their modules are imported (:data:`BUILTIN_METHODS`).
     """
 
     kind: ClassVar[str] = "importance method"
@@ -47,13 +62,29 @@ class ImportanceMethod(Registered, ABC):
     #: that every method recovers planted features
     baseline: ClassVar[bool] = False
 
+    @classmethod
+    def registered_names(cls) -> list[str]:
+        return sorted({*BUILTIN_METHODS, *cls._registry})
+
+    @classmethod
+    def registered_class(cls, name: str) -> type[Any]:
+        if name not in cls._registry and name in BUILTIN_METHODS:
+            importlib.import_module(BUILTIN_METHODS[name])
+        return super().registered_class(name)
+
+    @classmethod
+    def selector_names(cls) -> list[str]:
+        """The registered methods that read signal (every one but the baselines), without importing
+        the built-in ones not imported yet."""
+        return [n for n in cls.registered_names() if not getattr(cls._registry.get(n), "baseline", False)]
+
     @abstractmethod
     def rank(self, recipe: Recipe) -> ImportanceReport:
         """Rank every feature of ``recipe`` (most important first)."""
 
 
 def method_names() -> list[str]:
-    """Registered method names (import :mod:`selection` to register the built-in ones)."""
+    """Registered method names: the built-in ones and the plugins imported so far."""
     return ImportanceMethod.registered_names()
 
 

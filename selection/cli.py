@@ -34,9 +34,9 @@ log = logging.getLogger(__name__)
 
 def _selectors() -> list[str]:
     """Registered methods that read signal (every one but the random baseline)."""
-    from selection.base import ImportanceMethod, method_names
+    from selection.base import ImportanceMethod
 
-    return [m for m in method_names() if not ImportanceMethod.registered_class(m).baseline]
+    return ImportanceMethod.selector_names()
 
 
 def _method_args(parser: argparse.ArgumentParser, config_required: bool = True, allow_all: bool = False) -> None:

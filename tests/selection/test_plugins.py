@@ -30,6 +30,11 @@ class LongestNameFirst(ImportanceMethod):
         return ImportanceReport.from_scores(self.name, scores, config=self.describe(), dataset=recipe.dataset_name)
 
 
+# defining the class registered it; the other tests (the contract's list of every method, read
+# when its module is collected) see it only inside this module's fixture
+ImportanceMethod._registry.pop(LongestNameFirst.name)
+
+
 @pytest.fixture()
 def registered() -> Iterator[None]:
     with registered_plugin(LongestNameFirst):
@@ -52,3 +57,37 @@ def test_a_new_method_is_one_class_and_runs_by_name(registered: None, tmp_cwd: P
 def test_unregistered_method_lists_the_registered_ones() -> None:
     with pytest.raises(ValueError, match=r"unknown importance method 'toy-longest-name'; available: \[.*'leap'"):
         get_method("toy-longest-name")
+
+
+def test_the_built_in_methods_are_named_before_they_are_imported() -> None:
+    """``BUILTIN_METHODS`` names every built-in method by the module that registers it, and none
+    is a baseline (``selector_names`` lists them without importing them)."""
+    import importlib
+
+    from selection.base import BUILTIN_METHODS, method_names
+
+    for name, module in BUILTIN_METHODS.items():
+        registered = ImportanceMethod.registered_class(name)
+        assert getattr(importlib.import_module(module), registered.__name__) is registered, name
+        assert not registered.baseline, name
+    assert set(ImportanceMethod.selector_names()) >= set(BUILTIN_METHODS)
+    assert "random" in method_names() and "random" not in ImportanceMethod.selector_names()
+
+
+def test_ranking_a_file_with_outrank_imports_neither_torch_nor_lightning(tmp_path: Path) -> None:
+    """``salience rank FILE --method outrank`` and ``salience quality FILE`` are model-free: a
+    fresh process runs both without importing torch or Lightning (seconds of start-up, hundreds of MB)."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "d.csv"
+    data.write_text("label,a,b\n" + "".join(f"{i % 2},{i % 3},{i % 5}\n" for i in range(300)))
+    code = (
+        "import sys\nfrom experiments.cli import main\n"
+        f"assert main(['rank', {str(data)!r}, '--method', 'outrank', '--no-progress', '--output', {str(tmp_path / 'r.json')!r}]) == 0\n"
+        f"assert main(['quality', {str(data)!r}, '--no-progress', '--output', {str(tmp_path / 'q.json')!r}]) == 0\n"
+        "heavy = sorted(m for m in ('torch', 'lightning', 'torchrec', 'mlflow') if m in sys.modules)\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-2000:]
