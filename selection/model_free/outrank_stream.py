@@ -458,6 +458,8 @@ class _Rows:
         return int(self.stops[-1]) if len(self.stops) else 0
 
     def column(self, name: str) -> pd.Series:
+        if len(self.parts) == 1:  # narrow data: a chunk holds many batches (copy-on-write: no copy)
+            return self.parts[0][name].reset_index(drop=True)
         return pd.concat([p[name] for p in self.parts], ignore_index=True)
 
     def frame(self, rows: slice, columns: list[str]) -> pd.DataFrame:
@@ -465,6 +467,8 @@ class _Rows:
         lo, hi, _ = rows.indices(len(self))
         starts = self.stops - [len(p) for p in self.parts]
         pieces = [p[columns].iloc[max(lo - a, 0):hi - a] for p, a, z in zip(self.parts, starts, self.stops) if a < hi and z > lo]
+        if len(pieces) == 1:
+            return pieces[0].reset_index(drop=True)
         return pd.concat(pieces, ignore_index=True) if pieces else self.parts[0][columns].iloc[:0]
 
     def after(self, row: int) -> list[pd.DataFrame]:
