@@ -85,21 +85,18 @@ def _demo(argv: Sequence[str]) -> int:
 
 
 def _rank(argv: Sequence[str]) -> int:
-    import selection  # noqa: F401 - registers the methods
     from selection.cli import rank_main
 
     return rank_main(argv)
 
 
 def _select(argv: Sequence[str]) -> int:
-    import selection  # noqa: F401
     from selection.cli import select_main
 
     return select_main(argv)
 
 
 def _dims(argv: Sequence[str]) -> int:
-    import embeddings  # noqa: F401 - registers the searches
     from embeddings.dims.cli import dims_main
 
     return dims_main(argv)

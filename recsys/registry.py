@@ -38,6 +38,7 @@ ValueError: model.greeter.init_args: unknown argument(s) ['whom'] of Hello; it t
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, is_dataclass
@@ -95,6 +96,10 @@ class Registered:
     #: what the registered classes are, for error messages
     kind: ClassVar[str] = "strategy"
     _registry: ClassVar[dict[str, type[Registered]]]
+    #: built-in names -> the module that defines (and, imported, registers) each: listed before
+    #: they are imported and imported when first looked up, so that a command using one light
+    #: strategy does not import the heavy ones (a root base class sets it)
+    _builtins: ClassVar[Mapping[str, str]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -104,11 +109,14 @@ class Registered:
 
     @classmethod
     def registered_names(cls) -> list[str]:
-        return sorted(cls._registry)
+        return sorted({*cls._builtins, *cls._registry})
 
     @classmethod
     def registered_class(cls, name: str) -> type[Any]:
-        """The class registered as ``name`` (for class-level hooks); unknown names list the known ones."""
+        """The class registered as ``name`` (for class-level hooks; a built-in one is imported
+        here); unknown names list the known ones."""
+        if name not in cls._registry and name in cls._builtins:
+            importlib.import_module(cls._builtins[name])
         if name not in cls._registry:
             raise ValueError(f"unknown {cls.kind} {name!r}; available: {cls.registered_names()}")
         return cls._registry[name]
@@ -128,8 +136,8 @@ class Registered:
         except ValueError:
             raise ValueError(f"{key}: expected a {cls.kind} name or {{class_path: ..., init_args: {{...}}}}, got {spec!r}") from None
         path = plugin.class_path
-        if path in cls._registry:
-            klass: Any = cls._registry[path]
+        if path in cls._registry or path in cls._builtins:
+            klass: Any = cls.registered_class(path)
         elif "." in path:
             from recsys.config import import_path
 

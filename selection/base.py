@@ -9,9 +9,9 @@ Subclasses register themselves by ``name``, which is what ``salience rank --meth
 
 from __future__ import annotations
 
-import importlib
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -61,16 +61,7 @@ class ImportanceMethod(Registered, ABC):
     #: a reference ranking that reads no signal (the random baseline): kept out of the contract
     #: that every method recovers planted features
     baseline: ClassVar[bool] = False
-
-    @classmethod
-    def registered_names(cls) -> list[str]:
-        return sorted({*BUILTIN_METHODS, *cls._registry})
-
-    @classmethod
-    def registered_class(cls, name: str) -> type[Any]:
-        if name not in cls._registry and name in BUILTIN_METHODS:
-            importlib.import_module(BUILTIN_METHODS[name])
-        return super().registered_class(name)
+    _builtins: ClassVar[Mapping[str, str]] = BUILTIN_METHODS
 
     @classmethod
     def selector_names(cls) -> list[str]:

@@ -7,6 +7,7 @@ Every search (uniform, MDE, DNIS, iHAS) returns a :class:`~embeddings.plan.Dimen
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from embeddings.plan import DimensionPlan
@@ -24,6 +25,11 @@ class DimensionSearch(Registered, ABC):
 
     kind: ClassVar[str] = "dimension search"
     _registry: ClassVar[dict[str, type[Registered]]] = {}
+    #: the built-in searches, each imported when first looked up (DNIS and iHAS import torch)
+    _builtins: ClassVar[Mapping[str, str]] = {
+        "dnis": "embeddings.dims.dnis", "ihas": "embeddings.dims.ihas",
+        "mde": "embeddings.dims.searches", "uniform": "embeddings.dims.searches",
+    }
 
     @abstractmethod
     def search(self, recipe: Recipe, budget: int | None = None) -> DimensionPlan:
@@ -31,7 +37,7 @@ class DimensionSearch(Registered, ABC):
 
 
 def search_names() -> list[str]:
-    """Registered search names (import :mod:`embeddings` to register the built-in ones)."""
+    """Registered search names: the built-in ones and the plugins imported so far."""
     return DimensionSearch.registered_names()
 
 

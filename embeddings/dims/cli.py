@@ -325,7 +325,6 @@ def _retrain_routed(
 
 
 def dims_main(argv: Sequence[str]) -> int:
-    import embeddings.dims.searches  # noqa: F401 - registers the baseline searches
     from embeddings.dims.base import get_search, search_names
 
     parser = argparse.ArgumentParser(
