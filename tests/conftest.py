@@ -102,6 +102,14 @@ def tmp_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _empty_mlflow_db: P
     return tmp_path
 
 
+def toy_plugin(cls: type[Any]) -> type[Any]:
+    """Class decorator of a toy plug-in: defining the class registered it; this takes it out again,
+    so that the other tests (a contract's list of every registered strategy, read when its module is
+    collected) see it only inside :func:`registered`."""
+    cls._registry.pop(cls.name, None)
+    return cls
+
+
 @contextmanager
 def registered(cls: type[Any]) -> Iterator[None]:
     """Register the plug-in class ``cls`` under its ``name`` for the duration (toy plug-ins of the

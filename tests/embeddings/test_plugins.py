@@ -15,9 +15,11 @@ from embeddings import DimensionPlan, DimensionSearch, get_search
 from experiments.cli import main
 from recsys.train.recipe import Recipe
 from tests.conftest import registered as registered_plugin
+from tests.conftest import toy_plugin
 from tests.selection.conftest import tiny_config
 
 
+@toy_plugin
 @dataclass
 class SmallTablesWide(DimensionSearch):
     """Dim 8 for tables of at most ``threshold`` rows, 4 for the rest: a planted, checkable plan."""
