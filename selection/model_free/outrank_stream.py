@@ -453,6 +453,7 @@ class _Rows:
     def __init__(self, parts: list[pd.DataFrame]) -> None:
         self.parts = parts
         self.stops = np.cumsum([len(p) for p in parts])
+        self.starts = self.stops - [len(p) for p in parts]
 
     def __len__(self) -> int:
         return int(self.stops[-1]) if len(self.stops) else 0
@@ -465,16 +466,15 @@ class _Rows:
     def frame(self, rows: slice, columns: list[str]) -> pd.DataFrame:
         """``columns`` of the rows ``rows`` (a step-1 slice), indexed from 0."""
         lo, hi, _ = rows.indices(len(self))
-        starts = self.stops - [len(p) for p in self.parts]
-        pieces = [p[columns].iloc[max(lo - a, 0):hi - a] for p, a, z in zip(self.parts, starts, self.stops) if a < hi and z > lo]
+        pieces = [p[columns].iloc[max(lo - a, 0):hi - a] for p, a, z in zip(self.parts, self.starts, self.stops)
+                  if a < hi and z > lo]
         if len(pieces) == 1:
             return pieces[0].reset_index(drop=True)
         return pd.concat(pieces, ignore_index=True) if pieces else self.parts[0][columns].iloc[:0]
 
     def after(self, row: int) -> list[pd.DataFrame]:
         """The parts' rows from ``row`` on, each copied (so that the frames they came from are freed)."""
-        starts = self.stops - [len(p) for p in self.parts]
-        return [p.iloc[max(row - a, 0):].copy() for p, a, z in zip(self.parts, starts, self.stops) if z > row]
+        return [p.iloc[max(row - a, 0):].copy() for p, a, z in zip(self.parts, self.starts, self.stops) if z > row]
 
 
 def _chunk_column(rows: _Rows, spec: FeatureSpec, plan: _Plan) -> _ChunkColumn | None:
@@ -618,13 +618,16 @@ class _Scorer:
         self.bins = {f: np.zeros(3 if e is None else len(e) + 2, dtype=np.int64) for f, e in plan.edges.items()}
         self.b = 0  # the next batch
         self.vocabs: dict[str, dict[Any, int]] = {}  # multi-hot tokens -> first appearance (see encode_column)
-        self.pending: list[pd.DataFrame] = []  # selected rows waiting for their batch
-        self.waiting = 0  # rows in pending
+        self.pending: list[pd.DataFrame] = []  # selected rows waiting for their batch (a few frames)
         self.counted = 0  # rows at the head of pending already counted (the rows a batch left)
+
+    @property
+    def waiting(self) -> int:
+        """Rows in pending."""
+        return sum(len(p) for p in self.pending)
 
     def add(self, frame: pd.DataFrame) -> None:
         self.pending.append(frame)
-        self.waiting += len(frame)
         if self.b < len(self.batches) and self.waiting < self.batches[self.b][1] - self.batches[self.b][0]:
             return  # coded with the rows that complete the batch
         self._flush()
@@ -641,7 +644,7 @@ class _Scorer:
         self._count(rows, coded, slice(self.counted, len(rows)))
         at = self._score_batches(rows, coded)
         self.pending = rows.after(at) if self.b < len(self.batches) else []
-        self.waiting = self.counted = len(rows) - at if self.pending else 0
+        self.counted = self.waiting
 
     def _count(self, rows: _Rows, coded: dict[str, _ChunkColumn | None], new: slice) -> None:
         plan = self.plan
@@ -672,7 +675,7 @@ class _Scorer:
             # slices of the rows' codes and vectors on the pool; multi-hot here, in stream order
             pooled = map_ordered(partial(_pooled_batch, coded=coded, rows=rows, part=part, plan=plan,
                                          dense_bins=method.dense_bins), self.specs)
-            cols = [c if c is not None else _encode(rows.frame(part, [s.name]), s, plan, self.vocabs, method.dense_bins)
+            cols = [c if c is not None else _encode(rows.frame(part, list(s.columns)), s, plan, self.vocabs, method.dense_bins)
                     for s, c in zip(self.specs, pooled)]
             self.acc.add(cols, 0, stop - start, y, start)
             at += stop - start
