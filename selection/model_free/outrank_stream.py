@@ -190,14 +190,20 @@ class _Reservoir:
         self.values = {n: np.empty(k, dtype=np.float64) for n in names}
 
     def add(self, rows: np.ndarray, values: dict[str, np.ndarray]) -> None:
-        idx = self.seen + np.arange(len(rows), dtype=np.int64)
-        slot = idx.copy()
-        late = idx >= self.k
-        slot[late] = self.rng.integers(0, idx[late] + 1)
-        keep = slot < self.k
-        self.rows[slot[keep]] = rows[keep]  # repeated slots: the later row wins, as in Algorithm R
-        for n, v in values.items():
-            self.values[n][slot[keep]] = v[keep]
+        n_first = max(0, min(len(rows), self.k - self.seen))  # rows that fill the free slots, in order
+        if n_first:
+            end = self.seen + n_first
+            self.rows[self.seen:end] = rows[:n_first]
+            for n, v in values.items():
+                self.values[n][self.seen:end] = v[:n_first]
+        if n_first < len(rows):  # the rest replace a uniform slot, or are dropped
+            idx = self.seen + np.arange(n_first, len(rows), dtype=np.int64)
+            slot = self.rng.integers(0, idx + 1)
+            keep = np.flatnonzero(slot < self.k)
+            dest = slot[keep]
+            self.rows[dest] = rows[n_first:][keep]  # repeated slots: the later row wins, as in Algorithm R
+            for n, v in values.items():
+                self.values[n][dest] = v[n_first:][keep]
         self.seen += len(rows)
 
     @property

@@ -31,8 +31,12 @@ import pyarrow as pa
 
 from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.lines import check_parsed, parse_table, read_arrow_csv, scan_lines
+from recsys.data.readers.text_scan import TextCounts, text_counts
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "parse_block", "pool", "check_file_done"]
+__all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "Text", "parse_block", "pool", "check_file_done"]
+
+#: a block of lines: bytes, or the bytearray the reader filled (cut in place, never copied)
+Text = bytes | bytearray
 
 #: rows per chunk of the callers that still count in rows (readers size theirs by bytes,
 #: :mod:`recsys.data.streaming.chunking`)
@@ -67,12 +71,12 @@ class LineBlocks:
         self.lines = 0
         self.bytes_read = 0
         self.bytes_total = self.path.stat().st_size
-        self._carry = b""
+        self._carry: Text = b""
         self._given_back = 0
         self._text_bytes = 0
         self._raw: BinaryIO | None = None
 
-    def unread(self, tail: bytes) -> None:
+    def unread(self, tail: Text) -> None:
         """Give back the end of the last block (whole lines); the next block starts with it and
         holds more lines after it."""
         self._carry = tail + self._carry
@@ -89,7 +93,7 @@ class LineBlocks:
         self._text_bytes += len(data)
         return data
 
-    def __iter__(self) -> Iterator[tuple[bytes, int, bool]]:
+    def __iter__(self) -> Iterator[tuple[Text, int, bool]]:
         with open(self.path, "rb") as raw:
             self._raw = raw
             gz = raw.read(2) == _GZIP_MAGIC
@@ -101,7 +105,8 @@ class LineBlocks:
                 if gz:
                     fh.close()
 
-    def _whole(self, fh: io.BufferedIOBase) -> Iterator[tuple[bytes, int, bool]]:
+    def _whole(self, fh: io.BufferedIOBase) -> Iterator[tuple[Text, int, bool]]:
+        data: Text
         if self.max_lines is None:
             data = self._read(fh, -1)
         else:  # read on only until max_lines lines are in
@@ -113,16 +118,17 @@ class LineBlocks:
         self.lines = data.count(b"\n")
         yield data, 1, True
 
-    def _blocks(self, fh: io.BufferedIOBase, rows: int) -> Iterator[tuple[bytes, int, bool]]:
+    def _blocks(self, fh: io.BufferedIOBase, rows: int) -> Iterator[tuple[Text, int, bool]]:
+        # a block is one bytearray: the carried lines, then the file read into it; the block is cut
+        # from it in place, so its megabytes are copied once (from the file), never concatenated
         self._carry = self._read(fh, _PROBE)
         eof = len(self._carry) < _PROBE
         budget = max(int(rows * len(self._carry) / max(self._carry.count(b"\n"), 1)), MIN_BLOCK)
         while True:
             if not eof and len(self._carry) < max(budget, self._given_back + 1):
                 want = max(budget - len(self._carry), MIN_BLOCK)
-                piece = self._read(fh, want)
-                eof = len(piece) < want
-                self._carry += piece
+                got = self._read_after(fh, want)
+                eof = got < want
             buf, floor = self._carry, self._given_back
             if eof and not buf:
                 return
@@ -137,9 +143,9 @@ class LineBlocks:
                     continue
                 cut = len(buf)
             self._given_back = 0
-            block, self._carry = buf[:cut], buf[cut:]
+            block, self._carry = _cut(buf, cut)
             last = eof and not self._carry
-            n = block.count(b"\n")
+            n = text_counts(block).newlines
             if self.max_lines is not None and self.lines + n >= self.max_lines:
                 block = _first_lines(block, self.max_lines - self.lines)
                 n, last = block.count(b"\n"), True
@@ -151,8 +157,34 @@ class LineBlocks:
             per_line = (self._text_bytes - len(self._carry)) / max(self.lines, 1)
             budget = max(int(rows * per_line), MIN_BLOCK)
 
+    def _read_after(self, fh: io.BufferedIOBase, n: int) -> int:
+        """Read up to ``n`` bytes after the carried ones, into one buffer with them (``_carry``
+        becomes that bytearray); the bytes read."""
+        have = len(self._carry)
+        buf = bytearray(have + n)
+        buf[:have] = self._carry
+        try:
+            got = fh.readinto(memoryview(buf)[have:]) or 0
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
+            raise DataError(f"{self.path}: not a readable gzip file ({e})") from e
+        assert self._raw is not None
+        self.bytes_read = self._raw.tell()
+        self._text_bytes += got
+        del buf[have + got:]
+        self._carry = buf
+        return got
 
-def _first_lines(block: bytes, n: int) -> bytes:
+
+def _cut(buf: Text, at: int) -> tuple[Text, bytes]:
+    """``(buf[:at], buf[at:])``; a bytearray is cut in place (only its tail is copied)."""
+    if not isinstance(buf, bytearray):
+        return buf[:at], buf[at:]
+    rest = bytes(buf[at:])
+    del buf[at:]
+    return buf, rest
+
+
+def _first_lines(block: Text, n: int) -> Text:
     """The first ``n`` lines of ``block``."""
     if n <= 0:
         return b""
@@ -160,18 +192,8 @@ def _first_lines(block: bytes, n: int) -> bytes:
     return block if ends.size < n else block[: int(ends[n - 1]) + 1]
 
 
-def _valid_text(block: bytes, encoding: str) -> bool:
-    if block.isascii():
-        return True
-    try:
-        block.decode(encoding)
-        return True
-    except UnicodeDecodeError:
-        return False
-
-
 def parse_block(
-    block: bytes,
+    block: Text,
     *,
     source: str,
     sep: str,
@@ -212,8 +234,9 @@ def parse_block(
     """
     header = names is None
     in_quotes = quoted and b'"' in block
-    if not header and not in_quotes and _clean(block, encoding):
-        n_lines = block.count(b"\n") + (0 if block.endswith(b"\n") or not block else 1)
+    counts = None if header or in_quotes else text_counts(block)
+    if counts is not None and _clean(block, counts, encoding):
+        n_lines = counts.newlines + (0 if block.endswith(b"\n") or not block else 1)
         assert names is not None
         try:
             table = read_arrow_csv(block, sep, names, False, False, encoding, include or names, types)
@@ -223,6 +246,8 @@ def parse_block(
             frame = table.to_pandas()
             frame.index = pd.Index(np.arange(first_line, first_line + n_lines, dtype=np.int64), name="line")
             return frame, None, b""
+    if isinstance(block, bytearray):  # the checking path works on bytes (the clean path reads either)
+        block = bytes(block)
     scanned = scan_lines(
         block, source=source, sep=sep, expected=expected, report=report, skip_bad_rows=skip_bad_rows,
         header=header, quoted=in_quotes, encoding=encoding, message=message, first_line=first_line,
@@ -242,10 +267,18 @@ def parse_block(
     return check_parsed(frame, scanned.lines, source), cols if header else None, scanned.rest
 
 
-def _clean(block: bytes, encoding: str) -> bool:
+def _clean(block: Text, counts: TextCounts, encoding: str) -> bool:
     """No stray carriage return and valid text: pyarrow parses it as the line scan would."""
-    cr = block.count(b"\r")
-    return (cr == 0 or cr == block.count(b"\r\n")) and _valid_text(block, encoding)
+    cr = counts.carriage_returns
+    return (cr == 0 or cr == counts.crlf) and (counts.ascii or _decodes(block, encoding))
+
+
+def _decodes(block: Text, encoding: str) -> bool:
+    try:
+        block.decode(encoding)
+        return True
+    except UnicodeDecodeError:
+        return False
 
 
 def check_file_done(report: ReadReport, source: str, nonblank: bool) -> None:
@@ -313,7 +346,7 @@ def merge_reports(reports: list[ReadReport]) -> ReadReport:
 
 
 #: ``parse(block, first_line, whole, more) -> (frame or None, rest)``: one block of a text file
-BlockParser = Callable[[bytes, int, bool, bool], tuple[pd.DataFrame | None, bytes]]
+BlockParser = Callable[[Text, int, bool, bool], tuple[pd.DataFrame | None, bytes]]
 
 
 def text_frames(
@@ -356,7 +389,7 @@ def header_text_frames(
     by line number (the header is line 1)."""
     names: list[str] | None = None
 
-    def parse(block: bytes, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
+    def parse(block: Text, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
         nonlocal names
         frame, header, rest = parse_block(
             block, source=str(path), sep=sep, names=names, expected=None if names is None else len(names),

@@ -10,7 +10,7 @@ import pyarrow as pa
 
 from recsys.data.raw import RawData, ReadReport, check_labels, resolve_data_path
 from recsys.data.readers.base import Reader, check_columns
-from recsys.data.readers.blocks import parse_block, pool, text_frames
+from recsys.data.readers.blocks import Text, parse_block, pool, text_frames
 from recsys.data.readers.lines import to_float
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 
@@ -122,7 +122,7 @@ class CriteoReader(Reader):
             source = str(path)
             report = ReadReport(source=source)
 
-            def parse(block: bytes, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
+            def parse(block: Text, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
                 # I* as integers straight from the CSV parser, unless a "0x" could be read as hex
                 # (which the checks below refuse); any other bad cell sends the block to the checks
                 types = None if b"x" in block or b"X" in block else _INT_TYPES

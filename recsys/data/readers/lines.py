@@ -395,11 +395,12 @@ def parse_table(
 
 
 def read_arrow_csv(
-    data: bytes, sep: str, names: list[str], header: bool, quoted: bool, encoding: str, keep: list[str],
+    data: bytes | bytearray, sep: str, names: list[str], header: bool, quoted: bool, encoding: str, keep: list[str],
     types: dict[str, pa.DataType] | None = None,
 ) -> pa.Table:
     """pyarrow's CSV reader on ``data``: ``keep`` as strings, or as ``types`` (where only the
-    empty cell is null)."""
+    empty cell is null). Strings are parsed as ``large_string``, the type pandas' ``str`` columns
+    hold (a ``string`` column would be cast in ``to_pandas``)."""
     return pacsv.read_csv(
         pa.BufferReader(pa.py_buffer(data)),
         read_options=pacsv.ReadOptions(column_names=names, skip_rows=1 if header else 0, encoding=encoding),
@@ -408,7 +409,7 @@ def read_arrow_csv(
             newlines_in_values=quoted, ignore_empty_lines=True,
         ),
         convert_options=pacsv.ConvertOptions(
-            column_types={n: pa.string() for n in keep} | (types or {}), include_columns=keep,
+            column_types={n: pa.large_string() for n in keep} | (types or {}), include_columns=keep,
             strings_can_be_null=False, quoted_strings_can_be_null=False, null_values=[""],
         ),
     )

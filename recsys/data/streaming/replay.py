@@ -4,7 +4,8 @@ Two-pass methods over raw text (OutRank's survey then scoring, ``salience qualit
 the file twice; parsing is most of their time. :class:`ChunkReplay` wraps their chunk source:
 its first pass reads the origin and writes each chunk's frame, as parsed, to an Arrow IPC file
 (uncompressed: written and read back memory-mapped at about the speed of a copy, a small part
-of parsing the text again); a later pass reads those files. The frames a later pass gets equal the origin's
+of parsing the text again; written on a thread of its own while the caller works on the chunk);
+a later pass reads those files. The frames a later pass gets equal the origin's
 (values, dtypes, index; the readers' per-chunk reports are replayed with their byte positions,
 for progress bars).
 
@@ -29,6 +30,7 @@ import logging
 import shutil
 import tempfile
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -84,32 +86,63 @@ class ChunkReplay:
 
     def _record(self) -> Iterator[RawData]:
         import pyarrow as pa
-        import pyarrow.feather as feather
 
         self.folder = Path(tempfile.mkdtemp(prefix="salience-replay-", dir=self.parent))
         source, file_start = None, 0  # the file being read, and the copy's bytes before it
-        for i, chunk in enumerate(self.origin()):
-            if chunk.report.source != source:
-                source, file_start = chunk.report.source, self.bytes
+        # each chunk's copy is written on a thread of its own while the caller works on the chunk
+        # (the write is mostly the kernel's: it releases the GIL); one write in flight at a time
+        writer = ThreadPoolExecutor(1, thread_name_prefix="replay")
+        pending: _Pending | None = None
+        try:
+            for i, chunk in enumerate(self.origin()):
+                if chunk.report.source != source:
+                    self._settle(pending)
+                    pending = None
+                    source, file_start = chunk.report.source, self.bytes
+                self._settle(pending)
+                pending = None
+                if self.reason is None and self.folder is not None:
+                    try:
+                        table = pa.Table.from_pandas(chunk.frame, preserve_index=True)
+                        if _dtypes_back(table) != [str(d) for d in chunk.frame.dtypes]:
+                            self._drop("a column does not come back from Arrow with its dtype")
+                        else:
+                            path = self.folder / f"{i:06d}.arrow"
+                            pending = _Pending(writer.submit(_write, table, path), path, chunk.schema,
+                                               _snapshot(chunk.report), source, file_start)
+                        del table
+                    except (pa.ArrowException, ValueError, TypeError) as e:
+                        self._drop(f"{type(e).__name__}: {e}")
+                yield chunk
+            self._settle(pending)
+            pending = None
+            self.complete = True
+        finally:
+            if pending is not None:  # the caller left early: let the write end before the folder goes
+                pending.future.exception()
+            writer.shutdown(wait=True)
+
+    def _settle(self, pending: _Pending | None) -> None:
+        """Wait for ``pending``'s write and account for it (the byte budget checks), or drop the copy."""
+        import pyarrow as pa
+
+        if pending is None:
+            return
+        try:
+            size = pending.future.result()
+        except (pa.ArrowException, OSError, ValueError, TypeError) as e:
             if self.reason is None:
-                try:
-                    table = pa.Table.from_pandas(chunk.frame, preserve_index=True)
-                    if _dtypes_back(table) != [str(d) for d in chunk.frame.dtypes]:
-                        self._drop("a column does not come back from Arrow with its dtype")
-                    else:
-                        path = self.folder / f"{i:06d}.arrow"
-                        feather.write_feather(table, str(path), compression="uncompressed")
-                        self.bytes += path.stat().st_size
-                        self.chunks.append((path, chunk.schema, _snapshot(chunk.report)))
-                        if self.bytes > self.max_bytes:
-                            self._drop(f"the parsed copy passed {self.max_bytes:,} bytes")
-                        elif (projected := _projected(self.bytes, file_start, chunk.report)) > self.max_bytes:
-                            self._drop(f"the parsed copy would pass {self.max_bytes:,} bytes (about {projected:,} "
-                                       f"projected from the part of {source} read so far)")
-                except (pa.ArrowException, OSError, ValueError, TypeError) as e:
-                    self._drop(f"{type(e).__name__}: {e}")
-            yield chunk
-        self.complete = True
+                self._drop(f"{type(e).__name__}: {e}")
+            return
+        if self.reason is not None:
+            return
+        self.bytes += size
+        self.chunks.append((pending.path, pending.schema, pending.report))
+        if self.bytes > self.max_bytes:
+            self._drop(f"the parsed copy passed {self.max_bytes:,} bytes")
+        elif (projected := _projected(self.bytes, pending.file_start, pending.report)) > self.max_bytes:
+            self._drop(f"the parsed copy would pass {self.max_bytes:,} bytes (about {projected:,} "
+                       f"projected from the part of {pending.source} read so far)")
 
     def _replay(self) -> Iterator[RawData]:
         import pyarrow.feather as feather
@@ -143,6 +176,26 @@ class ChunkReplay:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+@dataclasses.dataclass
+class _Pending:
+    """One chunk's copy being written: its future (the file's size) and what the chunk list keeps."""
+
+    future: Future[int]
+    path: Path
+    schema: Any
+    report: ReadReport
+    source: str | None
+    file_start: int
+
+
+def _write(table: Any, path: Path) -> int:
+    """``table`` as an uncompressed Arrow IPC file at ``path``; its size in bytes."""
+    import pyarrow.feather as feather
+
+    feather.write_feather(table, str(path), compression="uncompressed")
+    return path.stat().st_size
 
 
 def _dtypes_back(table: Any) -> list[str]:

@@ -12,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from recsys.data.raw import DataError, RawData
-from recsys.data.readers import CriteoReader, TabularReader, blocks
+from recsys.data.readers import CriteoReader, TabularReader, blocks, text_scan
 from recsys.data.readers.blocks import LineBlocks, pool
 from recsys.data.schema import SchemaError
 
@@ -22,8 +22,11 @@ TINY_SCHEMA = FIXTURES / "tiny_tabular_schema.yaml"
 
 @pytest.fixture(autouse=True)
 def small_blocks(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Blocks of about ``rows`` lines even for tiny files, so block boundaries are exercised."""
+    """Blocks of about ``rows`` lines even for tiny files, so block boundaries are exercised; every
+    block counted by the compiled kernel (the whole-file tests of ``test_readers`` use the
+    ``bytes`` methods)."""
     monkeypatch.setattr(blocks, "MIN_BLOCK", 1)
+    monkeypatch.setattr(text_scan, "COMPILED_BYTES", 0)
 
 
 def criteo_lines(n: int, seed: int = 0, cardinality: int = 40) -> list[str]:
@@ -199,3 +202,21 @@ def test_line_blocks_give_back_and_long_lines(tmp_path: Path) -> None:
     blocks = list(LineBlocks(path, rows=1))
     assert b"".join(b for b, _, _ in blocks) == path.read_bytes()
     assert [first for _, first, _ in blocks] == [1, 2, 3] and blocks[-1][2]
+
+
+@pytest.mark.parametrize("kernels", ["numba", "numpy"])
+def test_text_counts_equal_the_bytes_methods(kernels: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The one-pass counts of a block (compiled, or the ``bytes`` methods) on blocks of line ends,
+    lone and paired carriage returns and non-ASCII bytes, at every length from 0."""
+    import recsys.jit
+
+    monkeypatch.setattr(text_scan, "COMPILED_BYTES", 0)
+    rng = np.random.default_rng(5)
+    alphabet = np.frombuffer(b"a\t\n\r\xc3\xa9\x00\x7f\x80", dtype=np.uint8)
+    blocks_ = [b"", b"\n", b"\r", b"\r\n", b"\n\r", b"\r\r\n", b"\xff"]
+    blocks_ += [alphabet[rng.integers(0, len(alphabet), n)].tobytes() for n in rng.integers(1, 3000, 60)]
+    with recsys.jit.use(kernels):  # type: ignore[arg-type]
+        for b in blocks_:
+            for block in (b, bytearray(b)):
+                got = text_scan.text_counts(block)
+                assert got == (b.count(b"\n"), b.count(b"\r"), b.count(b"\r\n"), b.isascii()), b

@@ -353,3 +353,27 @@ def test_rows_read_across_frames_as_their_concatenation() -> None:
         assert sum(map(len, rest)) == 1_000 - at
         if rest:
             pd.testing.assert_frame_equal(pd.concat(rest).reset_index(drop=True), whole.iloc[at:].reset_index(drop=True))
+
+
+def test_edge_sample_is_algorithm_r_whatever_the_chunks() -> None:
+    """The survey's reservoir (filled in chunks, the free slots by a copy and the later rows by
+    one vectorised draw) keeps what Algorithm R keeps row by row with the same generator."""
+    from selection.model_free.outrank_stream import _Reservoir
+
+    rng = np.random.default_rng(11)
+    for k in (1, 5, 64, 500):
+        n = 1_000
+        x = rng.random(n)
+        chunked = _Reservoir(k, ["x"], seed=3)
+        cuts = np.unique(np.r_[0, rng.integers(0, n, 12), k, n])
+        for a, b in zip(cuts, cuts[1:]):
+            chunked.add(np.arange(a, b, dtype=np.int64), {"x": x[a:b]})
+        draw = np.random.default_rng([3, 2])  # the reservoir's generator
+        kept = list(range(min(k, n)))
+        for i in range(k, n):
+            j = int(draw.integers(0, i + 1))
+            if j < k:
+                kept[j] = i
+        rows, values = chunked.restricted(None)
+        assert rows.tolist() == kept
+        np.testing.assert_array_equal(values["x"], x[kept])
