@@ -150,6 +150,19 @@ def _vote_kernel(offsets: np.ndarray, data: np.ndarray, valid: np.ndarray) -> tu
     return cand, count
 
 
+@jit
+def _number_vote_kernel(x: np.ndarray) -> tuple[int, int]:  # pragma: no cover - compiled
+    cand, count = -1, 0
+    for i in range(x.shape[0]):
+        v = x[i]
+        if count == 0:
+            cand, count = i, 1
+            continue
+        c = x[cand]
+        count += 1 if v == c or (v != v and c != c) else -1  # NaN is one value, -0.0 is 0.0
+    return cand, count
+
+
 # ---- the public functions (callers keep the NumPy reference for when compiled() is False) ---------
 
 def compiled(keys: int, rows: int) -> bool:
@@ -204,3 +217,12 @@ def majority_vote(arr: Any) -> tuple[str | None, int]:
     valid = np.ones(n, dtype=np.bool_) if arr.null_count == 0 else arr.is_valid().to_numpy(zero_copy_only=False)
     cand, count = _vote_kernel(offsets, data, valid)
     return (arr[cand].as_py() or ""), int(count)
+
+
+def majority_vote_numbers(x: np.ndarray) -> tuple[float | None, int]:
+    """:func:`majority_vote` over float64 ``x`` (NaN one value, as ``value_counts(dropna=False)``
+    counts it; ``-0.0`` equal to ``0.0``): ``(candidate, net count)``, ``(None, 0)`` for no values."""
+    if len(x) == 0:
+        return None, 0
+    cand, count = _number_vote_kernel(np.ascontiguousarray(x, dtype=np.float64))
+    return float(x[cand]), int(count)

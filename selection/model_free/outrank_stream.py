@@ -9,8 +9,9 @@ a *chunk source* (a function returning a fresh iterator of :class:`RawData` chun
    ``edge_sample`` rows of the dense columns and the label (the quantile edges of dense bins and
    target bins come from it), each dense column's distinct values up to ``dense_bins + 1``, and
    each column's majority candidate (:class:`~selection.model_free.sketch.MisraGries`, ``k = 1``,
-   fed each chunk's value counts or, for Arrow text on the compiled path, the chunk's
-   Boyer-Moore vote, :func:`~selection.model_free.kernels.majority_vote`, which hashes nothing).
+   fed each chunk's value counts or, for Arrow text and float64 columns on the compiled path, the
+   chunk's Boyer-Moore vote, :func:`~selection.model_free.kernels.majority_vote` and
+   :func:`~selection.model_free.kernels.majority_vote_numbers`, which hash nothing).
    Every column's per-chunk work runs on the column pool (:mod:`recsys.parallel`);
 2. scoring: the selected rows (``subsampling``, ``max_rows``: the same rows as ``score_raw``)
    cut into the same mini-batches of ``minibatch_size`` rows, across chunk boundaries. Each
@@ -241,11 +242,12 @@ def _survey_column(work: tuple[FeatureSpec, np.ndarray | None, MisraGries], fram
     spec, seen, majority = work
     col = feature_cells(frame, spec)
     arr = arrow_text(col) if spec.kind is FeatureKind.CATEGORICAL and kernels.active() == "numba" else None
-    if arr is not None:  # the candidate without hashing the text (pass 2 counts it exactly)
-        value, net = kernels.majority_vote(arr)
+    numbers = (spec.kind is FeatureKind.DENSE and col.dtype == np.float64 and kernels.active() == "numba")
+    if arr is not None or numbers:  # the candidate without hashing the cells (pass 2 counts it exactly)
+        value, net = kernels.majority_vote(arr) if arr is not None else kernels.majority_vote_numbers(col.to_numpy())
         if net:
             majority.add_counts(pd.Series([net], index=pd.Index([value]), dtype=np.int64))
-        majority.rows += len(arr) - net  # the cells paired off
+        majority.rows += len(col) - net  # the cells paired off
     else:
         majority.add_counts(_value_counts(col, spec))
     if spec.kind is not FeatureKind.DENSE:

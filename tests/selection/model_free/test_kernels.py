@@ -154,3 +154,21 @@ def test_majority_vote_finds_a_majority_and_pairs_off_the_rest(cells: list[str |
     top = max(set(read), key=read.count)
     if read.count(top) * 2 > len(read):
         assert value == top
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.sampled_from([0.0, -0.0, 1.0, 2.5, float("nan"), -3.0]), max_size=60))
+def test_number_vote_finds_a_majority_and_pairs_off_the_rest(values: list[float]) -> None:
+    """The float64 vote: NaN one value and -0.0 equal to 0.0, as ``value_counts(dropna=False)``
+    counts them."""
+    x = np.array(values, dtype=np.float64)
+    value, net = kernels.majority_vote_numbers(x)
+    if not values:
+        assert (value, net) == (None, 0)
+        return
+    counts = pd.Series(x).value_counts(dropna=False)
+    held = int(np.isnan(x).sum()) if np.isnan(value) else int((x == value).sum())
+    assert 0 <= net <= held and (len(x) - net) % 2 == 0
+    if counts.iloc[0] * 2 > len(x):
+        top = counts.index[0]
+        assert (np.isnan(top) and np.isnan(value)) or value == top
