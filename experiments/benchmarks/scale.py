@@ -18,6 +18,8 @@ fresh process of its own so that its peak RSS is its own:
   every fit (the DNIS phases and the tuning trials too) capped at ``--pipeline-steps`` training
   batches, 50 validation batches (DNIS: a sample of as many rows) and 200 test batches (410k rows; the whole test split at 45M
   rows is 4.5M), so that the step shows that the whole path runs on the file in bounded memory, not model quality;
+* ``prepare_dask`` (only with ``--only``): ``prepare`` with the Dask engine, one worker process per
+  core, the file cut into byte spans of whole lines (one partition each);
 * ``train``: DCNv2 on the shard set (fused EBC, batch 2048, embedding dim 16), ``--steps``
   timed steps after ``--warmup`` steps, batches drawn by the streaming loader from the whole
   shuffled file.
@@ -27,8 +29,8 @@ Also, once on the smallest size: reading the file with each installed columnar e
 DuckDB when installed: ``pip install -e .[bench]``; the parse-only floor), and the ``outrank``
 package beside ours (``package``, ``experiments/benchmarks/_outrank_package.py``, in a venv of
 its own: its CLI on the same rows, relevance only, and its scoring kernel against ours on the
-same codes; ``--no-package`` skips it). ``--cores 1,2,all`` reruns ``prepare``, ``quality`` and
-``outrank`` pinned to the first N cores (the cores axis).
+same codes; ``--no-package`` skips it). ``--cores 1,2,all`` reruns ``prepare``, ``prepare_dask``,
+``quality`` and ``outrank`` pinned to the first N cores (the cores axis).
 
 Committed command (writes ``scale.{json,md,png}`` to ``--output-dir``)::
 
@@ -57,6 +59,7 @@ from typing import Any
 from experiments.benchmarks._common import hardware_text, result_header
 from experiments.benchmarks._criteo_synth import write_criteo_tsv
 from experiments.benchmarks._outrank_package import package_lines, package_rows
+from experiments.benchmarks._scale_dask import step_prepare_dask
 from recsys.io import atomic_savefig, atomic_write_json, atomic_write_text
 from recsys.runtime import process_peak_rss_mb
 
@@ -69,10 +72,13 @@ STEPS = ("prepare", "quality", "outrank", "train", "pipeline")
 #: the steps that build a model, so hold its embedding tables (the memory target allows their size there only)
 HOLDS_TABLES = ("train", "pipeline")
 #: steps run only when ``--only`` names them: the training DataLoader alone, and training on a GPU
-EXTRA_STEPS = ("loader", "train_cuda")
+EXTRA_STEPS = ("prepare_dask", "loader", "train_cuda")
 #: steps whose rate is samples/s of training batches (the others: rows/s of the raw file)
-SAMPLE_STEPS = ("train", *EXTRA_STEPS)
+SAMPLE_STEPS = ("train", "loader", "train_cuda")
 _EXTRA_TEXT = {
+    "prepare_dask": "`prepare` with the Dask engine on a local cluster of one worker process per core, the file cut "
+                    "into byte spans of whole lines (128 MiB, one partition each); wall s includes starting the "
+                    "cluster; peak RSS is the client's, the largest worker's is in the JSON (`workers_peak_rss_mb`).",
     "loader": "the training DataLoader alone, shards to batches without a model (samples/s over the timed batches; "
               "wall s is that timing only).",
     "train_cuda": "`train` on one CUDA device with the plain kernel (no CUDA build of fbgemm-gpu needed), samples/s "
@@ -80,7 +86,7 @@ _EXTRA_TEXT = {
 }
 ENGINES = ("blocks", "open_csv", "dataset", "polars", "duckdb")
 #: the steps of the cores axis (``--cores``)
-CORE_STEPS = ("prepare", "quality", "outrank")
+CORE_STEPS = ("prepare", "prepare_dask", "quality", "outrank")
 #: thread-pool sizes a child on ``--cores K`` sets to K (numba, OpenMP/BLAS, polars)
 _THREAD_VARIABLES = ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS",
                      "POLARS_MAX_THREADS")
@@ -162,6 +168,10 @@ def _step_prepare(path: Path, work: Path, args: argparse.Namespace) -> dict[str,
     _CLOCK.stop()
     parts = dm.shard_set.splits.values()
     return {"rows": sum(p.rows for p in parts), "shards": sum(len(p.shards) for p in parts)}
+
+
+def _step_prepare_dask(path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    return step_prepare_dask(_config(path, work, args.batch_size)["data"], _CLOCK.stop)
 
 
 #: fields past this many distinct values are counted by sketches in ``quality`` (bounded memory)
@@ -358,7 +368,7 @@ def _step_engine(path: Path, work: Path, args: argparse.Namespace) -> dict[str, 
     return {"rows": n}
 
 
-_STEP_FUNCS = {"prepare": _step_prepare, "quality": _step_quality, "outrank": _step_outrank, "train": _step_train,
+_STEP_FUNCS = {"prepare": _step_prepare, "prepare_dask": _step_prepare_dask, "quality": _step_quality, "outrank": _step_outrank, "train": _step_train,
                "pipeline": _step_pipeline, "engine": _step_engine, "loader": _step_loader,
                "train_cuda": _step_train_cuda}
 
@@ -374,6 +384,7 @@ _IMPORTS: dict[str, tuple[str, ...]] = {
     "engine": ("recsys.data.readers", "pyarrow.csv", "pyarrow.dataset"),
 }
 _IMPORTS["train_cuda"] = _IMPORTS["train"]
+_IMPORTS["prepare_dask"] = ("distributed", "recsys.data.streaming.dask_cluster", "recsys.data.readers")
 
 
 def measure_step(step: str, path: Path, work: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -490,7 +501,8 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
                          "large_mb": b["peak_rss_mb"], "table_mb": tables, "allowed_mb": round(allowed, 1),
                          "verdict": "met" if b["peak_rss_mb"] <= allowed else "NOT met"}
     out["peak_rss"] = rss
-    for name, key in (("prepare", "prepare_rows_per_s"), ("outrank", "outrank_rows_per_s"), ("quality", "outrank_rows_per_s")):
+    for name, key in (("prepare", "prepare_rows_per_s"), ("prepare_dask", "prepare_rows_per_s"),
+                      ("outrank", "outrank_rows_per_s"), ("quality", "outrank_rows_per_s")):
         rates = [float(r) for r in (step(s, name).get("rows_per_s") for s in sizes) if r]
         if rates:
             out[f"{name}_rows_per_s"] = {"min": min(rates), "target": TARGETS[key],
@@ -505,7 +517,7 @@ def verdicts(sizes: list[dict[str, Any]]) -> dict[str, Any]:
         by_cores = {int(k): v for k, v in (size.get("cores") or {}).items()}
         many = max(by_cores, default=0)
         if 2 in by_cores and many >= 16:
-            for name in ("prepare", "outrank"):
+            for name in ("prepare", "prepare_dask", "outrank"):
                 base, fast = by_cores[2].get(name, {}).get("rows_per_s"), by_cores[many].get(name, {}).get("rows_per_s")
                 if base and fast:
                     ratio = float(fast) / float(base)
@@ -581,7 +593,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines.append(f"| {name} peak RSS at {r.get('large_rows', 0):,} rows <= 1.5x that at {r.get('small_rows', 0):,} "
                      f"{tables} | {r['large_mb']:,.0f} MB vs allowed "
                      f"{r['allowed_mb']:,.0f} MB | {r['verdict']} |")
-    for name in ("prepare", "quality", "outrank"):
+    for name in ("prepare", "prepare_dask", "quality", "outrank"):
         r = v.get(f"{name}_rows_per_s")
         if r:
             lines.append(f"| {name} >= {r['target']:,} rows/s | slowest size {r['min']:,.0f} rows/s | {r['verdict']} |")

@@ -72,6 +72,20 @@ def test_loader_step_times_the_data_path_alone_under_its_own_name(tmp_path):
     assert not (out / "scale_quick.json").exists()
 
 
+def test_dask_preparation_step_cuts_the_file_and_prepares_every_row(tmp_path, monkeypatch):
+    """``prepare_dask`` reads one file as byte spans on a worker per core: every row, in more
+    partitions than files, the workers' peak RSS reported beside the client's."""
+    from recsys.data.streaming import dask_cluster
+
+    monkeypatch.setattr(dask_cluster, "SPAN_BYTES", 1 << 20)  # the quick file (4.9 MB) in 5 spans
+    path = tmp_path / "criteo.txt"
+    write_criteo_tsv(path, 20_000, seed=0)
+    args = scale._parse(["_step", "prepare_dask", "--file", str(path), "--work", str(tmp_path / "w")])
+    out = scale.measure_step("prepare_dask", path, tmp_path / "w", args)
+    assert out["rows"] == 20_000 and out["partitions"] == 5 and out["workers"] >= 1
+    assert out["workers_peak_rss_mb"] > 0 and out["rows_per_s"] > 0
+
+
 def test_cores_axis_reruns_the_data_steps_pinned_to_fewer_cores(tmp_path):
     out = tmp_path / "out"
     assert scale.main(["--quick", "--only", "outrank", "--no-engines", "--cores", "1,all,1", "--name", "scale_cores",

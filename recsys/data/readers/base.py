@@ -9,7 +9,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from recsys.data.raw import RawData
+from recsys.data.raw import RawData, ReadReport
 from recsys.data.schema import Schema, SchemaError
 
 __all__ = ["Reader", "check_columns"]
@@ -85,6 +85,30 @@ class Reader(ABC):
                 "use a reader with a path (CriteoReader, TabularReader) or a random or time split"
             )
         return type(self)(**{**options, "path": path})
+
+    def read_reports(self) -> list[ReadReport]:
+        """The reports of the files (or span) the last :meth:`iter_chunks` read, in order, where
+        the reader keeps them: a file whose every row was skipped yields no chunk to carry its
+        report. Default: none kept."""
+        return []
+
+    def with_span(self, start: int, end: int, first_line: int) -> Reader:
+        """This reader on the lines in bytes ``[start, end)`` of its one file, numbered from
+        ``first_line`` (:mod:`recsys.data.readers.spans`).
+
+        Raises:
+            ValueError: the reader cannot read a span (its records may hold line breaks, or it
+                has no ``span`` option).
+        """
+        options = self.options()
+        if "span" not in options:
+            raise ValueError(f"{type(self).__name__} cannot read a byte span of a file")
+        return type(self)(**{**options, "span": (int(start), int(end), int(first_line))})
+
+    @property
+    def reads_spans(self) -> bool:
+        """Whether :meth:`with_span` works (a record is one line of a plain text file)."""
+        return "span" in self.options()
 
     def files(self) -> list[Path]:
         """Source files whose size/mtime invalidate caches."""

@@ -18,6 +18,7 @@ record is never split. A quote left open to the end of the file is still an erro
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import io
 import zlib
@@ -31,9 +32,10 @@ import pyarrow as pa
 
 from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.lines import check_parsed, parse_table, read_arrow_csv, scan_lines
+from recsys.data.readers.spans import Span
 from recsys.data.readers.text_scan import TextCounts, text_counts
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "Text", "parse_block", "pool", "check_file_done"]
+__all__ = ["DEFAULT_CHUNK_ROWS", "LineBlocks", "Text", "check_file_done", "join_spans", "parse_block", "pool"]
 
 #: a block of lines: bytes, or the bytearray the reader filled (cut in place, never copied)
 Text = bytes | bytearray
@@ -55,20 +57,26 @@ class LineBlocks:
         rows: lines per block (about); None reads the whole file (or its first ``max_lines``
             lines) as one block.
         max_lines: stop after this many lines (the rest of the file is never read).
+        span: read only the lines in these bytes of a plain file, numbered from its
+            ``first_line`` (:mod:`recsys.data.readers.spans`).
 
     Attributes:
-        lines: physical lines handed out so far (net of lines given back with :meth:`unread`).
+        lines: physical lines handed out so far (net of lines given back with :meth:`unread`;
+            with a span, plus the lines before it: the number of the last line handed out).
         bytes_read: bytes of the file (compressed, for gzip) consumed so far.
         bytes_total: the file's size on disk.
     """
 
-    def __init__(self, path: Path, rows: int | None, max_lines: int | None = None) -> None:
+    def __init__(self, path: Path, rows: int | None, max_lines: int | None = None, span: Span | None = None) -> None:
         if rows is not None and rows < 1:
             raise ValueError(f"rows must be >= 1 or None, got {rows}")
+        if span is not None and max_lines is not None:
+            raise ValueError("max_lines counts from the file's first line: it cannot be combined with a span")
         self.path = Path(path)
         self.rows = rows
         self.max_lines = max_lines
-        self.lines = 0
+        self.span = span
+        self.lines = 0 if span is None else span.first_line - 1
         self.bytes_read = 0
         self.bytes_total = self.path.stat().st_size
         self._carry: Text = b""
@@ -83,7 +91,16 @@ class LineBlocks:
         self.lines -= tail.count(b"\n")
         self._given_back = len(tail)
 
+    def _room(self, n: int) -> int:
+        """``n`` bytes to read (-1: to the end), no further than the span's end."""
+        if self.span is None:
+            return n
+        assert self._raw is not None
+        left = max(self.span.end - self._raw.tell(), 0)
+        return left if n < 0 else min(n, left)
+
     def _read(self, fh: io.BufferedIOBase, n: int) -> bytes:
+        n = self._room(n)
         try:
             data = fh.read() if n < 0 else fh.read(n)
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
@@ -97,7 +114,9 @@ class LineBlocks:
         with open(self.path, "rb") as raw:
             self._raw = raw
             gz = raw.read(2) == _GZIP_MAGIC
-            raw.seek(0)
+            if gz and self.span is not None and (self.span.start, self.span.end) != (0, self.bytes_total):
+                raise ValueError(f"{self.path}: a gzip file cannot be read from a byte span")
+            raw.seek(0 if self.span is None else self.span.start)
             fh: io.BufferedIOBase = gzip.GzipFile(fileobj=raw, mode="rb") if gz else raw
             try:
                 yield from (self._whole(fh) if self.rows is None else self._blocks(fh, self.rows))
@@ -115,8 +134,9 @@ class LineBlocks:
                 parts.append(piece)
                 seen += piece.count(b"\n")
             data = _first_lines(b"".join(parts), self.max_lines)
-        self.lines = data.count(b"\n")
-        yield data, 1, True
+        first = self.lines + 1
+        self.lines += data.count(b"\n")
+        yield data, first, True
 
     def _blocks(self, fh: io.BufferedIOBase, rows: int) -> Iterator[tuple[Text, int, bool]]:
         # a block is one bytearray: the carried lines, then the file read into it; the block is cut
@@ -161,10 +181,11 @@ class LineBlocks:
         """Read up to ``n`` bytes after the carried ones, into one buffer with them (``_carry``
         becomes that bytearray); the bytes read."""
         have = len(self._carry)
-        buf = bytearray(have + n)
+        room = self._room(n)
+        buf = bytearray(have + room)
         buf[:have] = self._carry
         try:
-            got = fh.readinto(memoryview(buf)[have:]) or 0
+            got = fh.readinto(memoryview(buf)[have:]) or 0 if room else 0
         except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
             raise DataError(f"{self.path}: not a readable gzip file ({e})") from e
         assert self._raw is not None
@@ -322,6 +343,26 @@ def pool(chunks: Iterable[RawData]) -> RawData:
     return RawData(pd.concat(shifted), schema, merged)
 
 
+def join_spans(reports: list[ReadReport]) -> list[ReadReport]:
+    """The reports of the spans of one file (consecutive, same ``source``, line numbers already
+    the file's) joined into the file's report; other reports as they are."""
+    out: list[ReadReport] = []
+    for r in reports:
+        if out and out[-1].source == r.source:
+            whole = out[-1]
+            whole.rows_read += r.rows_read
+            skipped = whole.rows_skipped + r.rows_skipped
+            whole.skip(r.skipped_lines)
+            whole.rows_skipped = skipped  # (skip counted the listed lines again)
+            whole.lines = max(whole.lines, r.lines)
+            whole.bytes_read = max(whole.bytes_read, r.bytes_read)
+            whole.bytes_total = max(whole.bytes_total, r.bytes_total)
+            whole.notes = {**r.notes, **whole.notes}
+        else:
+            out.append(dataclasses.replace(r, skipped_lines=list(r.skipped_lines), notes=dict(r.notes)))
+    return out
+
+
 def merge_reports(reports: list[ReadReport]) -> ReadReport:
     """The reports of several files as one, lines pooled as in :func:`pool`."""
     if len(reports) == 1:
@@ -350,23 +391,27 @@ BlockParser = Callable[[Text, int, bool, bool], tuple[pd.DataFrame | None, bytes
 
 
 def text_frames(
-    path: Path, report: ReadReport, rows: int | None, parse: BlockParser, max_lines: int | None = None
+    path: Path, report: ReadReport, rows: int | None, parse: BlockParser, max_lines: int | None = None,
+    span: Span | None = None,
 ) -> Iterator[pd.DataFrame]:
     """The frames of one text file read in blocks (see :class:`LineBlocks`), parsed by ``parse``.
 
     The caller post-processes each frame (numbers, labels) and adds its rows to
     ``report.rows_read`` before asking for the next; after the last block the whole-file errors
-    (an empty file, no good row) are raised here. ``report.lines``/``bytes_read``/``bytes_total``
-    follow the reading.
+    (an empty file, no good row) are raised here, not for a ``span`` of the file (whose reader's
+    caller checks the spans together). ``report.lines``/``bytes_read``/``bytes_total`` follow the
+    reading.
     """
-    blocks = LineBlocks(path, rows, max_lines)
+    blocks = LineBlocks(path, rows, max_lines, span)
     report.bytes_total = blocks.bytes_total
-    whole = rows is None
+    whole = rows is None and span is None
     nonblank = False
     for block, first, last in blocks:
         nonblank = nonblank or not (block.isspace() or not block)
         if not nonblank:  # only blank lines so far: decide once a line with content (or the end) comes
             if last:
+                if span is not None:
+                    return
                 raise DataError(f"{path}: the file is empty")
             blocks.unread(block)
             continue
@@ -376,7 +421,8 @@ def text_frames(
         report.lines, report.bytes_read = blocks.lines, blocks.bytes_read
         if frame is not None and len(frame):
             yield frame
-    check_file_done(report, str(path), nonblank)
+    if span is None:
+        check_file_done(report, str(path), nonblank)
 
 
 def header_text_frames(

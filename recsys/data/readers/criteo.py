@@ -12,6 +12,7 @@ from recsys.data.raw import RawData, ReadReport, check_labels, resolve_data_path
 from recsys.data.readers.base import Reader, check_columns
 from recsys.data.readers.blocks import Text, parse_block, pool, text_frames
 from recsys.data.readers.lines import to_float
+from recsys.data.readers.spans import Span
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 
 __all__ = ["CRITEO_DENSE", "CRITEO_SPARSE", "CriteoReader"]
@@ -46,6 +47,10 @@ class CriteoReader(Reader):
         embedding_dim: embedding width of every categorical feature.
         min_count: vocabulary threshold of every categorical feature.
         hash_size: when set, categorical features are hashed into this many buckets.
+        span: ``(start, end, first_line)``: read only the lines in bytes ``[start, end)`` of the
+            one plain file, numbered from ``first_line`` (set by :meth:`~recsys.data.readers.base.Reader.with_span`
+            for a worker's share of a large file, :mod:`recsys.data.readers.spans`). A span
+            whose every line is skipped yields no chunk: :meth:`read_reports` has its report.
     """
 
     name = "criteo"
@@ -58,6 +63,7 @@ class CriteoReader(Reader):
         embedding_dim: int = 16,
         min_count: int = 1,
         hash_size: int | None = None,
+        span: tuple[int, int, int] | None = None,
     ) -> None:
         self.path = path
         self.nrows = nrows
@@ -65,6 +71,11 @@ class CriteoReader(Reader):
         self.embedding_dim = embedding_dim
         self.min_count = min_count
         self.hash_size = hash_size
+        self.span = None if span is None else tuple(int(x) for x in span)
+        self._reports: list[ReadReport] = []
+
+    def read_reports(self) -> list[ReadReport]:
+        return list(self._reports)
 
     def source_file(self) -> Path:
         """The (first) file that will be read (``path`` resolved, a folder resolved to its data file)."""
@@ -118,9 +129,14 @@ class CriteoReader(Reader):
             raise ValueError(f"nrows must be >= 1 or None, got {self.nrows}")
         check_columns(columns, COLUMNS, self.name)
         schema = self.build_schema()
+        span = None if self.span is None else Span(*self.span)
+        if span is not None and (len(self.source_files()) != 1 or self.nrows is not None):
+            raise ValueError("CriteoReader: a span reads part of one file; give one path and no nrows")
+        self._reports = []
         for path in self.source_files():
             source = str(path)
             report = ReadReport(source=source)
+            self._reports.append(report)
 
             def parse(block: Text, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
                 # I* as integers straight from the CSV parser, unless a "0x" could be read as hex
@@ -132,7 +148,7 @@ class CriteoReader(Reader):
                 )
                 return frame, rest
 
-            for frame in text_frames(path, report, rows, parse, max_lines=self.nrows):
+            for frame in text_frames(path, report, rows, parse, max_lines=self.nrows, span=span):
                 frame = to_float(
                     frame, CRITEO_DENSE, source=source, report=report, skip_bad_rows=self.skip_bad_rows,
                     integer=True, allow_empty=rows is not None,

@@ -5,7 +5,11 @@
 writes the same shard format (:mod:`recsys.data.streaming.shards`) that ``ShardSet.open`` and the
 streaming data module read. A partition is one input file: each entry of the reader's ``path``
 list (every split's files of a predefined split). A reader with one file (or without a
-``path``) is one partition; large files are not cut into byte ranges.
+``path``) is one partition. A plain text file larger than ``span_bytes`` whose reader reads
+byte spans (:attr:`~recsys.data.readers.base.Reader.reads_spans`: Criteo's TSV) is cut into spans
+of whole lines (:mod:`recsys.data.readers.spans`), one partition each, so that one large file
+is read by every worker; a first parallel pass counts each span's lines, so its rows keep their
+line numbers in the file (errors and skipped rows name them as for the whole file).
 
 1. (a time split by fractions only) every partition counts its rows; the client turns the
    counts into each partition's first row position;
@@ -25,7 +29,9 @@ order is also checked across partitions). A **random** split draws each row's nu
 generator seeded by ``(seed, file position in the path list)``, in the file's row order, so
 the result does not depend on the number of workers or the chunk size. The first file's draws
 equal the single-machine ones (``default_rng([seed, 0]) == default_rng(seed)``); later files
-differ from the single-machine draw, which runs one generator through all files.
+differ from the single-machine draw, which runs one generator through all files. A span's
+generator is the file's, advanced by the lines before the span: on a file without blank or
+skipped lines its rows draw what they draw in the uncut file.
 
 Storage: the cache folder (and the input files) must be on storage every worker and the client
 see at the same path (NFS, a shared volume). Bad input behaves as in ``prepare_shards``: a bad
@@ -56,7 +62,8 @@ from recsys.data.prepare import PrepareConfig, apply_options
 from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.base import Reader
-from recsys.data.readers.blocks import merge_reports
+from recsys.data.readers.blocks import join_spans, merge_reports
+from recsys.data.readers.spans import byte_spans, count_lines, is_gzip
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.splits import (
     SPLITS,
@@ -94,8 +101,10 @@ from recsys.data.streaming.shards import (
 from recsys.data.streaming.spill import SpilledChunk, SpillFolder, chunk_path, encode_spilled, spill_chunk
 from recsys.parallel import THREADS_VARIABLE
 
-__all__ = ["dask_cache_folder", "partitions", "prepare_shards_distributed"]
+__all__ = ["SPAN_BYTES", "dask_cache_folder", "partitions", "prepare_shards_distributed"]
 
+#: bytes per span of a large plain file (a worker's share; about 500k Criteo rows)
+SPAN_BYTES = 128 << 20
 _MARKER = ".building"  # removed by the client on an error: running tasks stop at their next chunk
 _Options = tuple[list[str] | None, list[str] | None, int | None]
 _TimeEnd = tuple[Any, str, Any, str]  # (value, file:line, cell text, "number" | "time")
@@ -112,6 +121,8 @@ class _Part:
     reader: Reader
     file_index: int
     before: dict[str, tuple[int, int]] = field(default_factory=dict)
+    span: tuple[int, int] | None = None  # bytes of the file (a span of a cut file)
+    first_line: int = 1  # of the span, once its lines before were counted
 
 
 @dataclass(frozen=True)
@@ -128,28 +139,78 @@ class _Stopped(Exception):
     """A task stopped because another one failed (never shown to the user)."""
 
 
-def partitions(reader: Reader, split: SplitConfig) -> list[Reader]:
+def partitions(reader: Reader, split: SplitConfig, span_bytes: int | None = None) -> list[Reader]:
     """The partition readers, in row order: one per entry of the ``path`` list of the reader
-    (of every split's reader, train first, for a files split)."""
-    return [p.reader for p in _partitions(reader, split)]
+    (of every split's reader, train first, for a files split), a file larger than
+    ``span_bytes`` cut into spans (each span's reader set to its line numbers)."""
+    parts = _partitions(reader, split, span_bytes)
+    _number_spans([p for p in parts if p.span is not None],
+                  lambda p: count_lines(p.reader.files()[0], *p.span))  # type: ignore[misc]
+    return [_span_reader(p) for p in parts]
 
 
-def _partitions(reader: Reader, split: SplitConfig) -> list[_Part]:
+def _partitions(reader: Reader, split: SplitConfig, span_bytes: int | None = None) -> list[_Part]:
     out: list[_Part] = []
     for name, source in split_sources(reader, split).items():
         path = source.options().get("path")
         entries = list(path) if isinstance(path, (list, tuple)) and len(path) > 1 else None
         readers = [source.with_path(p) for p in entries] if entries else [source]
         for i, r in enumerate(readers):
-            out.append(_Part(len(out), name, r, i, file_state({"p": r})))
+            before = file_state({"p": r})
+            spans: list[tuple[int, int] | None] = [*_cuts(r, span_bytes)] or [None]
+            for span in spans:
+                out.append(_Part(len(out), name, r, i, before, span))
     return out
 
 
-def dask_cache_folder(reader: Reader, config: PrepareConfig) -> Path:
+def _cuts(reader: Reader, span_bytes: int | None) -> list[tuple[int, int]]:
+    """The spans a partition's file is cut into (none: read whole)."""
+    if span_bytes is None or not reader.reads_spans:
+        return []
+    files = reader.files()
+    if len(files) != 1 or Path(files[0]).stat().st_size <= span_bytes or is_gzip(files[0]):
+        return []
+    cuts = byte_spans(files[0], span_bytes)
+    return cuts if len(cuts) > 1 else []
+
+
+def _number_spans(spans: list[_Part], lines: Callable[[_Part], int]) -> None:
+    """Set each span's first line from the ``lines`` of the spans before it in its file (the
+    parts are in row order: a file's spans in byte order)."""
+    seen: dict[tuple[str, int], int] = {}
+    for p in spans:
+        key = (p.source, p.file_index)
+        p.first_line = seen.get(key, 0) + 1
+        seen[key] = seen.get(key, 0) + lines(p)
+
+
+def _span_reader(part: _Part) -> Reader:
+    """The partition's reader, on its span once its first line is known."""
+    return part.reader if part.span is None else part.reader.with_span(*part.span, part.first_line)
+
+
+@dataclass
+class _Lines:
+    index: int
+    rows: int  # lines (the progress bar's count)
+
+
+def _count_span(part: _Part, job: _Job) -> _Lines:
+    """Lines of a span (the first phase when a file is cut)."""
+    _alive(job)
+    assert part.span is not None
+    return _Lines(part.index, count_lines(part.reader.files()[0], *part.span))
+
+
+def dask_cache_folder(reader: Reader, config: PrepareConfig, span_bytes: int | None = None) -> Path:
     """The cache folder of :func:`prepare_shards_distributed` (``<reader>-dask-shards-<key>``:
-    the key of ``prepare_shards``, another name, since a random split assigns other rows)."""
+    the key of ``prepare_shards``, another name, since a random split assigns other rows; with
+    ``span_bytes`` where a file is cut, ``-s<span_bytes>`` too)."""
     base = shard_cache_folder(reader, config)
-    return base.parent / f"{reader.name}-dask-shards-{base.name.rsplit('-', 1)[1]}"
+    key = base.name.rsplit("-", 1)[1]
+    if any(p.span is not None for p in _partitions(reader, config.splitting, span_bytes)):
+        key += f"-s{span_bytes}"
+    return base.parent / f"{reader.name}-dask-shards-{key}"
 
 
 def _alive(job: _Job) -> None:
@@ -183,12 +244,17 @@ class _Counted:
     bytes: int = 0
 
 
-def _chunks(part: _Part, job: _Job, splitter: RowSplitter | None) -> Iterator[tuple[RawData, np.ndarray]]:
-    """The partition's chunks with their split codes (see the module docstring)."""
+def _chunks(part: _Part, job: _Job, splitter: RowSplitter | None,
+            reader: Reader | None = None) -> Iterator[tuple[RawData, np.ndarray]]:
+    """The partition's chunks with their split codes (see the module docstring), read by
+    ``reader`` (default: the partition's)."""
     split = job.split
-    rng = np.random.default_rng([split.seed, part.file_index])
+    bits = np.random.PCG64(np.random.SeedSequence([split.seed, part.file_index]))  # default_rng's
+    if part.span is not None:
+        bits.advance(part.first_line - 1)  # one draw per row: the draws of the rows before the span
+    rng = np.random.Generator(bits)
     columns = splitter.columns if splitter is not None else []
-    for chunk in part.reader.iter_chunks(job.chunk_rows, columns=columns):
+    for chunk in (reader or _span_reader(part)).iter_chunks(job.chunk_rows, columns=columns):
         if split.kind is SplitMode.FILES:
             codes = np.full(len(chunk), SPLITS.index(part.source), dtype=np.int8)
         elif splitter is not None:
@@ -230,7 +296,8 @@ def _pass1(part: _Part, job: _Job, total: int | None, offset: int) -> _Counted:
     fit: StreamingFit | None = None
     reports: dict[int, ReadReport] = {}
     first = last = None
-    for chunk, codes in prefetch(_chunks(part, job, splitter)):
+    reader = _span_reader(part)
+    for chunk, codes in prefetch(_chunks(part, job, splitter, reader)):
         _alive(job)
         reports.setdefault(id(chunk.report), chunk.report)
         if splitter is not None:
@@ -244,6 +311,8 @@ def _pass1(part: _Part, job: _Job, total: int | None, offset: int) -> _Counted:
         out.train.add(spilled.labels[codes == 0])
         spill.write(spilled)
         out.rows += len(raw)
+    for r in reader.read_reports():  # with those of a file or span whose every row was skipped
+        reports.setdefault(id(r), r)
     check_unchanged(part.before, {}, "while it was read")
     if first is not None and last is not None:
         out.ends = (first, _time_end(last, job.split, len(last) - 1))
@@ -420,7 +489,8 @@ def _merge_fit(schema: Schema, counted: list[_Counted]) -> StreamingFit:
 
 
 def prepare_shards_distributed(
-    reader: Reader, config: PrepareConfig | None = None, client: Any = None, n_workers: int | None = None
+    reader: Reader, config: PrepareConfig | None = None, client: Any = None, n_workers: int | None = None,
+    span_bytes: int | None = SPAN_BYTES,
 ) -> ShardSet:
     """:func:`~recsys.data.streaming.prepare.prepare_shards` on a Dask cluster (module docstring).
 
@@ -433,6 +503,9 @@ def prepare_shards_distributed(
         client: a ``distributed.Client``, a scheduler address (``"tls://host:8786"``; see docs/multi-node.md for TLS), or None
             for a local cluster of ``n_workers`` single-threaded worker processes.
         n_workers: workers of the local cluster (None: one per core).
+        span_bytes: cut a plain text file larger than this into spans of about this many
+            bytes, one partition each (:attr:`~recsys.data.readers.base.Reader.reads_spans`
+            readers; None: one partition per file). Part of the cache key.
 
     Returns:
         The opened :class:`ShardSet` (cached in ``cache_dir/<reader>-dask-shards-<key>``).
@@ -448,7 +521,9 @@ def prepare_shards_distributed(
     hint = reader.schema_hint()
     rows_per_shard = config.rows_per_shard or (shard_rows(hint) if hint is not None else MAX_SHARD_ROWS)
     chunk_rows = config.chunk_rows or reader.default_chunk_rows()
-    folder = dask_cache_folder(reader, replace(config, rows_per_shard=rows_per_shard))
+    if span_bytes is not None and span_bytes < 1:
+        raise ValueError(f"span_bytes must be >= 1 or None, got {span_bytes}")
+    folder = dask_cache_folder(reader, replace(config, rows_per_shard=rows_per_shard), span_bytes)
     if folder.exists():
         try:
             return ShardSet.open(folder, checksum=config.checksum)
@@ -456,7 +531,7 @@ def prepare_shards_distributed(
             import logging
 
             logging.getLogger(__name__).warning("rebuilding the damaged shard cache %s: %s", folder, e)
-    parts = _partitions(reader, split)
+    parts = _partitions(reader, split, span_bytes)
     sources = split_sources(reader, split)
     build = folder.with_name(f".{folder.name}.build-{socket.gethostname()}-{os.getpid()}")  # one per client
     job = _Job(str(build), split, config.columns, chunk_rows, rows_per_shard)
@@ -488,6 +563,13 @@ def _build(
     timing: dict[str, float] = {}
     t0 = time.perf_counter()
     total, offsets = None, [0] * len(parts)
+    spans = [p for p in parts if p.span is not None]
+    if spans:  # the line numbers of the spans of cut files
+        lines = _run(client, _count_span, [(p, job) for p in spans], job, "counting lines of the file spans (dask)",
+                     progress, weight=lambda call: float(call[0].span[1] - call[0].span[0]))
+        counts = {p.index: n.rows for p, n in zip(spans, lines)}
+        _number_spans(spans, lambda p: counts[p.index])
+        timing["lines_s"] = time.perf_counter() - t0
     if RowSplitter.needs_count(split):
         counted = _run(client, _count, [(p, job) for p in parts], job, "counting rows (time split, dask)", progress,
                        weight=size)
@@ -499,7 +581,7 @@ def _build(
     t1 = time.perf_counter()
     counted = _run(client, _pass1, [(p, job, total, off) for p, off in zip(parts, offsets)], job,
                    "pass 1/2: reading, counting vocabularies (dask)", progress, weight=size)
-    reports = [r for c in counted for r in c.reports]
+    reports = join_spans([r for c in counted for r in c.reports])
     source = merge_reports(reports).source if reports else dataset
     schemas = [(p, c.schema) for p, c in zip(parts, counted) if c.schema is not None]
     if not schemas:
@@ -542,7 +624,7 @@ def _build(
     rows_all = sum(x.rows for x in labels.values())
     timing["rows_per_s"] = rows_all / max(timing["total_s"], 1e-9)
     summary = preparation_summary(dataset, source, reports, sources, split, schema, labels, stats, job.rows_per_shard, timing)
-    summary["engine"] = {"name": "dask", "partitions": len(parts)}
+    summary["engine"] = {"name": "dask", "partitions": len(parts), **({"spans": len(spans)} if spans else {})}
     return _finish(folder, build, pre, shards, summary)
 
 

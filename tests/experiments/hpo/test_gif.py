@@ -211,6 +211,10 @@ def _crashing_worker(storage: str, name: str, crash_at: int) -> None:
     def objective(trial: optuna.Trial) -> float:
         value = weighted_sphere(trial)
         if trial.number == crash_at:
+            # a trial killed after its heartbeat began (Optuna's heartbeat thread writes its first beat
+            # while the objective runs, and never fails a trial without one: under load the kill could
+            # come first, and the trial stayed RUNNING after the resume)
+            heartbeat.record_heartbeat(trial._trial_id)
             os._exit(1)  # killed mid-trial: the trial stays RUNNING in storage
         return value
 

@@ -220,3 +220,41 @@ def test_text_counts_equal_the_bytes_methods(kernels: str, monkeypatch: pytest.M
             for block in (b, bytearray(b)):
                 got = text_scan.text_counts(block)
                 assert got == (b.count(b"\n"), b.count(b"\r"), b.count(b"\r\n"), b.isascii()), b
+
+
+@pytest.mark.parametrize("end", ["\n", ""])
+def test_byte_spans_hold_every_line_once_and_read_as_the_file(tmp_path: Path, end: str) -> None:
+    """Spans of every size (smaller than a line too) start at line starts, cover the file, and
+    their readers, numbered from the counted lines, give the file's rows and line numbers."""
+    from recsys.data.readers.spans import byte_spans, count_lines
+
+    lines = criteo_lines(120, seed=9)
+    lines[40] = "1\tshort"  # a bad line inside, skipped and named by its line in the file
+    path = tmp_path / "t.txt"
+    path.write_text("\n".join(lines) + end)
+    reader = CriteoReader(str(path), skip_bad_rows=True)
+    whole = reader.read().frame
+    lines_seen = reader.read_reports()[0].lines  # line ends (120, or 119 without the last one)
+    data = path.read_bytes()
+    for size in (1, 50, 997, 4096, len(data) - 1, len(data)):
+        cuts = byte_spans(path, size)
+        assert cuts[0][0] == 0 and cuts[-1][1] == len(data)
+        assert all(b == c for (_, b), (c, _) in zip(cuts, cuts[1:]))
+        assert all(a == 0 or data[a - 1:a] == b"\n" for a, _ in cuts)
+        counts = [count_lines(path, a, b) for a, b in cuts]
+        assert sum(counts) == len(lines)
+        first = 1 + np.cumsum([0, *counts[:-1]])
+        frames, reports = [], []
+        for (a, b), f in zip(cuts, first):
+            span = reader.with_span(a, b, int(f))
+            frames += [c.frame for c in span.iter_chunks(7)]
+            reports += span.read_reports()  # a span of only the bad line yields no chunk
+        pd.testing.assert_frame_equal(pd.concat(frames), whole)
+        (report,) = blocks.join_spans(reports)
+        assert (report.skipped_lines, report.rows_read, report.lines) == ([41], 119, lines_seen)
+    gz = _write(tmp_path / "t.txt.gz", lines, gz=True)
+    assert byte_spans(gz, 10) == [(0, gz.stat().st_size)]  # a gzip file is not cut
+    with pytest.raises(ValueError, match="gzip"):
+        list(CriteoReader(str(gz)).with_span(0, 10, 1).iter_chunks(5))
+    with pytest.raises(ValueError, match="cannot read a byte span"):
+        TabularReader(str(path), str(TINY_SCHEMA)).with_span(0, 10, 1)

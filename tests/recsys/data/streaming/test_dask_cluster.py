@@ -176,3 +176,37 @@ def test_data_module_engine_dask(tmp_path: Path, client: Client) -> None:
     assert sum(part.rows for part in shards.splits.values()) == 500
     with pytest.raises(ValueError, match="data.engine"):
         CTRDataModule(reader, engine="spark")  # type: ignore[arg-type]
+
+
+def test_a_large_file_cut_into_spans_equals_the_whole_file(tmp_path: Path, client: Client) -> None:
+    """One plain file cut into byte spans of whole lines (one partition each, read by both
+    workers): the rows, split draws, vocabularies and read report of the uncut file."""
+    path = _criteo_files(tmp_path, [1500], seed=6)[0]
+    split = SplitConfig(0.7, 0.2, 0.1, seed=2)
+    reader = CriteoReader(str(path), min_count=2)
+    span = path.stat().st_size // 5 + 7  # cuts fall inside lines: moved to the next line start
+    assert len(partitions(reader, split, span_bytes=span)) == 5
+    cut = prepare_shards_distributed(reader, PrepareConfig(split, cache_dir=tmp_path / "d", rows_per_shard=256, chunk_rows=100,
+                                     progress=False), client=client, span_bytes=span)
+    whole = prepare_shards(reader, PrepareConfig(split, cache_dir=tmp_path / "s", rows_per_shard=256, progress=False))
+    assert_same_shards(cut, whole)
+    assert cut.summary["engine"] == {"name": "dask", "partitions": 5, "spans": 5}
+    assert cut.summary["read"]["rows_read"] == 1500 and cut.summary["read"]["source"] == str(path)
+    assert "-s" in cut.folder.name  # the span size is part of the key
+
+
+def test_spans_name_bad_rows_by_their_line_in_the_file(tmp_path: Path, client: Client) -> None:
+    lines = criteo_lines(1200, seed=7)
+    lines[1000] = "1\tnot\tenough"  # line 1001, in the last span
+    lines[150] = "0\ttoo\tshort"  # line 151, in the first
+    path = tmp_path / "day.txt"
+    path.write_text("\n".join(lines) + "\n")
+    split = SplitConfig(0.8, 0.1, 0.1, seed=0)
+    config = PrepareConfig(split, cache_dir=tmp_path / "d", rows_per_shard=256, chunk_rows=64, progress=False)
+    span = path.stat().st_size // 4
+    with pytest.raises(DataError, match=rf"{path.name}:151: expected 40"):
+        prepare_shards_distributed(CriteoReader(str(path)), config, client=client, span_bytes=span)
+    skipping = CriteoReader(str(path), skip_bad_rows=True)
+    got = prepare_shards_distributed(skipping, config, client=client, span_bytes=span)
+    assert got.summary["read"]["skipped_lines"] == [151, 1001] and got.summary["read"]["rows_read"] == 1198
+    assert got.summary["engine"]["spans"] == 4
