@@ -157,11 +157,17 @@ _PEAK_BEFORE_RESETS = [0.0]
 
 def process_peak_rss_mb() -> float:
     """The peak RSS of this process since it started, in MB, across the resets of
-    :func:`peak_rss_window` (which lower ``VmHWM`` and, with it, ``getrusage``'s ``ru_maxrss``)."""
+    :func:`peak_rss_window`: ``VmHWM`` where it can be read (Linux), else ``getrusage``'s
+    ``ru_maxrss``. Not ``ru_maxrss`` on Linux: it survives ``exec``, so a child process started
+    by a large parent reports at least the parent's RSS when it forked (a benchmark that generated
+    its data in the parent measured that instead of its steps)."""
+    hwm = _vm_hwm_mb()
+    if hwm is not None:
+        return max(_PEAK_BEFORE_RESETS[0], hwm)
     import resource
 
-    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # Linux: KiB
-    return max(_PEAK_BEFORE_RESETS[0], _vm_hwm_mb() or 0.0, kib / 1024.0)
+    kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB (Linux's unit; a fallback only)
+    return max(_PEAK_BEFORE_RESETS[0], kib / 1024.0)
 
 
 @contextmanager

@@ -31,3 +31,15 @@ def test_the_peak_is_set_even_when_the_block_raises():
     with pytest.raises(RuntimeError), peak_rss_window() as peak:
         raise RuntimeError("stage failed")
     assert peak.mb is not None and peak.mb > 0
+
+
+def test_a_child_of_a_large_parent_reports_its_own_peak():
+    """Linux carries ``ru_maxrss`` over ``exec``: a child started by a parent holding 800 MB read
+    800 MB as its own peak (the scale benchmark's steps, after it generated a file in-process)."""
+    import subprocess
+
+    held = np.ones(800 * MB, dtype=np.uint8)  # touched: resident in this (parent) process
+    child = subprocess.run([sys.executable, "-c", "from recsys.runtime import process_peak_rss_mb as p; print(p())"],
+                           capture_output=True, text=True, check=True)
+    assert held.sum() == 800 * MB
+    assert float(child.stdout.strip().splitlines()[-1]) < 400, child.stdout
