@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import time
@@ -50,6 +49,7 @@ import numpy as np
 from experiments.benchmarks._common import result_header
 from experiments.benchmarks._wide_report import dims_verdict
 from recsys.io import atomic_write_text
+from recsys.runtime import process_peak_rss_mb
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 PARTS = ("rank", "io", "throughput", "curves", "pipeline")
@@ -181,7 +181,7 @@ def _worker(args: argparse.Namespace) -> int:
                 out.update(heldout_fields=report.extras.get("heldout_fields"), fusion=report.extras.get("fusion"))
     except WidthRefusal as e:  # a selector that refuses the width names its cost
         out.update(refused=str(e).splitlines()[0][:400], seconds=time.perf_counter() - t0)
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out["peak_rss_mb"] = process_peak_rss_mb()  # VmHWM: ru_maxrss would carry the parent's RSS over exec
     atomic_write_text(Path(args.out), json.dumps(out, indent=1, default=str))
     return 0
 
