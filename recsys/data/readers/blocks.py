@@ -31,7 +31,7 @@ import pandas as pd
 import pyarrow as pa
 
 from recsys.data.raw import DataError, RawData, ReadReport
-from recsys.data.readers.lines import check_parsed, parse_table, read_arrow_csv, scan_lines
+from recsys.data.readers.lines import check_parsed, is_gzip, parse_table, read_arrow_csv, scan_lines
 from recsys.data.readers.spans import Span
 from recsys.data.readers.text_scan import TextCounts, text_counts
 
@@ -43,7 +43,6 @@ Text = bytes | bytearray
 #: rows per chunk of the callers that still count in rows (readers size theirs by bytes,
 #: :mod:`recsys.data.streaming.chunking`)
 DEFAULT_CHUNK_ROWS = 262_144
-_GZIP_MAGIC = b"\x1f\x8b"
 _PROBE = 1 << 16
 #: smallest block read (bytes); tests lower it to get many blocks from small files
 MIN_BLOCK = 1 << 12
@@ -113,7 +112,7 @@ class LineBlocks:
     def __iter__(self) -> Iterator[tuple[Text, int, bool]]:
         with open(self.path, "rb") as raw:
             self._raw = raw
-            gz = raw.read(2) == _GZIP_MAGIC
+            gz = is_gzip(self.path)
             if gz and self.span is not None and (self.span.start, self.span.end) != (0, self.bytes_total):
                 raise ValueError(f"{self.path}: a gzip file cannot be read from a byte span")
             raw.seek(0 if self.span is None else self.span.start)
@@ -351,9 +350,8 @@ def join_spans(reports: list[ReadReport]) -> list[ReadReport]:
         if out and out[-1].source == r.source:
             whole = out[-1]
             whole.rows_read += r.rows_read
-            skipped = whole.rows_skipped + r.rows_skipped
             whole.skip(r.skipped_lines)
-            whole.rows_skipped = skipped  # (skip counted the listed lines again)
+            whole.rows_skipped += r.rows_skipped - len(r.skipped_lines)  # beyond the listed ones
             whole.lines = max(whole.lines, r.lines)
             whole.bytes_read = max(whole.bytes_read, r.bytes_read)
             whole.bytes_total = max(whole.bytes_total, r.bytes_total)

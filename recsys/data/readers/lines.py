@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 from recsys.data.raw import DataError, IndexUnit, ReadReport
 
 __all__ = [
-    "NA_TOKENS", "Lines", "check_parsed", "drop_lines", "int_strings", "parse_numbers", "parse_table", "read_bytes",
+    "NA_TOKENS", "Lines", "check_parsed", "drop_lines", "int_strings", "is_gzip", "parse_numbers", "parse_table", "read_bytes",
     "scan_lines", "sep_name", "to_float",
 ]
 
@@ -44,6 +44,12 @@ def sep_name(sep: str) -> str:
     return _SEP_NAMES.get(sep, repr(sep))
 
 
+def is_gzip(path: str | Path) -> bool:
+    """Whether ``path`` starts with gzip's magic bytes."""
+    with open(path, "rb") as fh:
+        return fh.read(2) == _GZIP_MAGIC
+
+
 def read_bytes(path: Path, max_lines: int | None = None) -> bytes:
     """The content of ``path`` (gzip detected by its magic bytes), optionally its first lines.
 
@@ -58,9 +64,7 @@ def read_bytes(path: Path, max_lines: int | None = None) -> bytes:
     Raises:
         DataError: a truncated or damaged gzip file.
     """
-    with open(path, "rb") as fh:
-        gz = fh.read(2) == _GZIP_MAGIC
-    if not gz:
+    if not is_gzip(path):
         return _read(open(path, "rb"), max_lines)
     try:
         return _read(gzip.open(path, "rb"), max_lines)

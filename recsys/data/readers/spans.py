@@ -20,11 +20,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from recsys.data.readers.lines import is_gzip
 from recsys.data.readers.text_scan import text_counts
 
-__all__ = ["Span", "byte_spans", "count_lines", "is_gzip"]
+__all__ = ["Span", "byte_spans", "count_lines"]
 
-_GZIP_MAGIC = b"\x1f\x8b"
 _READ = 16 << 20
 
 
@@ -34,12 +34,6 @@ class Span(NamedTuple):
     start: int
     end: int
     first_line: int
-
-
-def is_gzip(path: str | Path) -> bool:
-    """Whether ``path`` starts with gzip's magic bytes (such a file cannot be cut)."""
-    with open(path, "rb") as fh:
-        return fh.read(2) == _GZIP_MAGIC
 
 
 def byte_spans(path: str | Path, span_bytes: int) -> list[tuple[int, int]]:

@@ -10,6 +10,7 @@ at least :data:`COMPILED_BYTES`; the ``bytes`` methods are its reference (tested
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -50,19 +51,19 @@ def _counts(data: np.ndarray) -> tuple[int, int, int, bool]:  # pragma: no cover
     return newlines, crs, crlf, high < 128
 
 
-_compiled: list[Callable[..., Any]] = []
+@functools.cache
+def _compiled() -> Callable[..., Any]:
+    from recsys.jit import jit
+
+    return jit(_counts)
 
 
 def _kernel() -> Callable[..., Any] | None:
     """The compiled :func:`_counts`, or None where the NumPy path is active (numba is imported
     on the first large block, not with the readers)."""
-    from recsys.jit import active, jit
+    from recsys.jit import active
 
-    if active() != "numba":
-        return None
-    if not _compiled:
-        _compiled.append(jit(_counts))
-    return _compiled[0]
+    return _compiled() if active() == "numba" else None
 
 
 def text_counts(block: bytes | bytearray) -> TextCounts:

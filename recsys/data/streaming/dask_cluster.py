@@ -63,7 +63,8 @@ from recsys.data.progress import Progress
 from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.base import Reader
 from recsys.data.readers.blocks import join_spans, merge_reports
-from recsys.data.readers.spans import byte_spans, count_lines, is_gzip
+from recsys.data.readers.lines import is_gzip
+from recsys.data.readers.spans import byte_spans, count_lines
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.splits import (
     SPLITS,
@@ -144,8 +145,7 @@ def partitions(reader: Reader, split: SplitConfig, span_bytes: int | None = None
     (of every split's reader, train first, for a files split), a file larger than
     ``span_bytes`` cut into spans (each span's reader set to its line numbers)."""
     parts = _partitions(reader, split, span_bytes)
-    _number_spans([p for p in parts if p.span is not None],
-                  lambda p: count_lines(p.reader.files()[0], *p.span))  # type: ignore[misc]
+    _number_spans([p for p in parts if p.span is not None], _span_lines)
     return [_span_reader(p) for p in parts]
 
 
@@ -195,11 +195,15 @@ class _Lines:
     rows: int  # lines (the progress bar's count)
 
 
+def _span_lines(part: _Part) -> int:
+    assert part.span is not None
+    return count_lines(part.reader.files()[0], *part.span)
+
+
 def _count_span(part: _Part, job: _Job) -> _Lines:
     """Lines of a span (the first phase when a file is cut)."""
     _alive(job)
-    assert part.span is not None
-    return _Lines(part.index, count_lines(part.reader.files()[0], *part.span))
+    return _Lines(part.index, _span_lines(part))
 
 
 def dask_cache_folder(reader: Reader, config: PrepareConfig, span_bytes: int | None = None) -> Path:

@@ -95,12 +95,10 @@ class ChunkReplay:
         pending: _Pending | None = None
         try:
             for i, chunk in enumerate(self.origin()):
-                if chunk.report.source != source:
-                    self._settle(pending)
-                    pending = None
-                    source, file_start = chunk.report.source, self.bytes
-                self._settle(pending)
+                self._settle(pending)  # the previous chunk's bytes are in self.bytes before a new file starts
                 pending = None
+                if chunk.report.source != source:
+                    source, file_start = chunk.report.source, self.bytes
                 if self.reason is None and self.folder is not None:
                     try:
                         table = pa.Table.from_pandas(chunk.frame, preserve_index=True)
