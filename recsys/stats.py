@@ -5,6 +5,8 @@ through one :class:`Interval` of the difference ``A - B``:
 
 * :func:`delong` — the difference of two correlated AUCs on the same rows (DeLong et al. 1988,
   the fast midrank algorithm of Sun & Xu 2014): exact variance, O(n log n);
+  :func:`delong_contrast` any weighted sum of several models' AUCs on those rows (a
+  difference of two AUKCs);
 * :func:`paired_bootstrap` — any metric (AUC, log loss, ...) by resampling the same rows for
   both models (stratified by label), percentile interval;
 * :func:`paired_mean_difference` — per-unit paired values (per-row log loss, per-user
@@ -41,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BETTER", "TIE", "WORSE", "Interval", "auc", "auc_se", "delong", "mean_interval", "over_seeds", "paired_bootstrap",
+__all__ = ["BETTER", "TIE", "WORSE", "Interval", "auc", "auc_se", "delong", "delong_contrast", "mean_interval", "over_seeds", "paired_bootstrap",
            "paired_mean_difference"]
 
 BETTER, WORSE, TIE = "better", "worse", "tie"
@@ -159,14 +161,33 @@ def delong(labels: Any, scores_a: Any, scores_b: Any, level: float = 0.95) -> In
         scores_a, scores_b: (N,) the two models' scores of the same rows.
         level: the interval's confidence level (normal quantile).
     """
-    y, scores = _binary(labels, scores_a, scores_b)
-    aucs, v10, v01 = _structural(y, scores)
-    s = np.cov(v10) / v10.shape[1] + np.cov(v01) / v01.shape[1]
-    var = float(s[0, 0] + s[1, 1] - 2 * s[0, 1])
-    se = math.sqrt(max(var, 0.0))
-    diff = float(aucs[0] - aucs[1])
+    return delong_contrast(labels, [scores_a, scores_b], [1.0, -1.0], level)
+
+
+def delong_contrast(labels: Any, scores: Sequence[Any], weights: Sequence[float], level: float = 0.95) -> Interval:
+    """``sum_k weights[k] * AUC(scores[k])`` of K models scored on the same rows, with DeLong's
+    covariance of the K correlated AUCs (``w' S w``): a difference of two AUCs is the weights
+    ``(1, -1)``; a difference of two AUKCs (areas under AUC-vs-k curves) is each curve's
+    trapezoid weights, one curve's negated.
+
+    Args:
+        labels: (N,) 0/1.
+        scores: K arrays (N,), the models' scores of the same rows.
+        weights: (K,) the contrast.
+        level: the interval's confidence level (normal quantile).
+    """
+    w = np.asarray(weights, dtype=np.float64).ravel()
+    if len(scores) != w.size or w.size == 0:
+        raise ValueError(f"delong_contrast: {len(scores)} score arrays and {w.size} weights; give one weight per model")
+    y, arrays = _binary(labels, *scores)
+    aucs, v10, v01 = _structural(y, arrays)
+    # the contrast's own structural components: its variance is w' S w with S = cov(V10)/m + cov(V01)/n
+    c10, c01 = w @ v10, w @ v01
+    var = float(np.var(c10, ddof=1) / c10.size + np.var(c01, ddof=1) / c01.size) if min(c10.size, c01.size) > 1 else math.nan
+    se = math.sqrt(max(var, 0.0)) if math.isfinite(var) else math.nan
+    estimate = float(w @ aucs)
     z = _quantile(level)
-    return Interval(diff, diff - z * se, diff + z * se, level, se, "delong", int(y.size))
+    return Interval(estimate, estimate - z * se, estimate + z * se, level, se, "delong", int(y.size))
 
 
 def auc_se(labels: Any, scores: Any) -> float:

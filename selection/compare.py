@@ -3,8 +3,10 @@
 Each method ranks the recipe's features; each ranking gets its selection curve, all curves
 sharing one :class:`~selection.curve.FitCache` (the all-features model and the random rankings
 train once for all methods). The comparison reports per method the validation and test AUKC,
-the smallest k within the tolerance (chosen on validation), and the ranking's cost in seconds
-and in multiples of one training run (the all-features fit).
+its test AUKC against the random rankings' on the same test rows (paired:
+:meth:`MethodComparison.aukc_difference`, DeLong's interval of the two curves' contrast), the
+smallest k within the tolerance (chosen on validation), and the ranking's cost in seconds and in
+multiples of one training run (the all-features fit).
 
     comparison = compare_methods(recipe, {"leap": LeAP(), "lasso": LassoImportance()}, ks=[2, 4, 8])
     comparison.to_markdown(); comparison.plot(); comparison.save("runs/select/frappe-all")
@@ -22,6 +24,7 @@ import numpy as np
 
 from recsys.artifacts import plain
 from recsys.io import atomic_savefig, atomic_write_text
+from recsys.stats import Interval
 from recsys.train.recipe import Recipe
 from selection.base import ImportanceMethod
 from selection.curve import FitCache, SelectionCurve, selection_curve
@@ -50,6 +53,19 @@ class MethodComparison:
     reports: dict[str, ImportanceReport] = field(default_factory=dict)
     curves: dict[str, SelectionCurve] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    #: the fits behind the curves, with their test scores (the paired AUKC differences)
+    cache: FitCache | None = field(default=None, repr=False)
+
+    def aukc_difference(self, a: str, b: str = "random", level: float = 0.95) -> Interval | None:
+        """Test AUKC of method ``a`` minus method ``b``'s (``random``: the mean of the random
+        rankings' curves) on the same test rows, DeLong's interval of the contrast; None when
+        the fits' test scores were not kept."""
+        if self.cache is None or a not in self.curves:
+            return None
+        minus = list(self.curves[a].random.values()) if b == "random" else [self.curves[b].points] if b in self.curves else []
+        if not minus:
+            return None
+        return self.cache.aukc_difference([self.curves[a].points], minus, level)
 
     def rows(self) -> list[dict[str, Any]]:
         """One summary row per method, best validation AUKC first."""
@@ -58,9 +74,12 @@ class MethodComparison:
             s = curve.summary()
             fit = curve.full.seconds
             cost = self.reports[name].cost_seconds
+            vs_random = self.aukc_difference(name)
             out.append({
                 "method": name, "val_aukc": s["val_aukc"], "test_aukc": s["aukc"],
-                "random_test_aukc": s["random_aukc_mean"], "smallest_k": s["smallest_k_within_tolerance"],
+                "random_test_aukc": s["random_aukc_mean"],
+                "test_aukc_vs_random": vs_random.to_dict() if vs_random is not None else None,
+                "smallest_k": s["smallest_k_within_tolerance"],
                 "test_vs_full_at_k": s["test_vs_full_at_smallest_k"], "verdict_at_k": s["verdict_at_smallest_k"],
                 "rank_cost_seconds": round(cost, 2), "rank_cost_fits": round(cost / fit, 2) if fit > 0 else None,
                 "top": self.reports[name].top_k(min(5, len(self.reports[name]))),
@@ -76,15 +95,17 @@ class MethodComparison:
             "test read once per model. Cost: the ranking's wall time, and in multiples of one all-features fit "
             f"({any_curve.full.seconds:.1f} s).",
             "",
-            "| method | validation AUKC | test AUKC | random test AUKC | smallest k (validation) | "
-            "test AUC - all features at k (95% CI, paired) | ranking cost s | cost / fit | top 5 |",
-            "|---|---:|---:|---:|---:|---|---:|---:|---|",
+            "| method | validation AUKC | test AUKC | random test AUKC | test AUKC - random (95% CI, paired) | "
+            "smallest k (validation) | test AUC - all features at k (95% CI, paired) | ranking cost s | cost / fit | top 5 |",
+            "|---|---:|---:|---:|---|---:|---|---:|---:|---|",
         ]
         for r in self.rows():
             iv = r["test_vs_full_at_k"]
             paired = f"{iv['estimate']:+.4f} [{iv['low']:+.4f}, {iv['high']:+.4f}] {r['verdict_at_k']}" if iv else ""
+            rnd = Interval(**r["test_aukc_vs_random"]) if r["test_aukc_vs_random"] else None
+            vs_random = f"{rnd.text()} {rnd.verdict()}" if rnd is not None else ""
             lines.append(
-                f"| {r['method']} | {r['val_aukc']:.4f} | {r['test_aukc']:.4f} | {r['random_test_aukc']:.4f} | "
+                f"| {r['method']} | {r['val_aukc']:.4f} | {r['test_aukc']:.4f} | {r['random_test_aukc']:.4f} | {vs_random} | "
                 f"{r['smallest_k']} | {paired} | {r['rank_cost_seconds']:.1f} | {r['rank_cost_fits']} | {', '.join(r['top'])} |"
             )
         lines += [f"\n{name}: failed: {error}" for name, error in self.failed.items()]
@@ -148,7 +169,7 @@ def compare_methods(
     several comparisons on one recipe train each feature set once); a method that fails is
     recorded in ``failed`` and the others go on."""
     cache = cache if cache is not None else FitCache()
-    out = MethodComparison(recipe.dataset_name)
+    out = MethodComparison(recipe.dataset_name, cache=cache)
     for name, method in methods.items():
         try:
             report = method.rank(recipe)

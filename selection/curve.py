@@ -37,6 +37,7 @@ import numpy as np
 
 from recsys.artifacts import plain
 from recsys.io import atomic_write_text
+from recsys.stats import Interval, delong_contrast
 from recsys.train.recipe import Recipe
 from selection.base import RandomRanking, feature_widths, trained_schema
 from selection.report import ImportanceReport
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 
     from recsys.tracking import RunTracker
 
-__all__ = ["CurvePoint", "FitCache", "SelectionCurve", "aukc", "parse_ks", "selection_curve"]
+__all__ = ["CurvePoint", "FitCache", "SelectionCurve", "aukc", "aukc_weights", "parse_ks", "selection_curve"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +90,26 @@ def aukc(ks: Sequence[int], aucs: Sequence[float]) -> float:
     return float(np.sum((a[1:] + a[:-1]) / 2 * np.diff(k)) / (k[-1] - k[0]))
 
 
+def aukc_weights(ks: Sequence[int]) -> np.ndarray:
+    """The trapezoid weights ``w`` (one per k, in the given order) with ``aukc(ks, aucs) == w @ aucs``:
+    an AUKC is a linear contrast of its models' AUCs, so two curves on the same test rows compare
+    by :func:`recsys.stats.delong_contrast`."""
+    k = np.asarray(ks, dtype=np.float64)
+    w = np.zeros(len(k))
+    if len(k) == 0:
+        return w
+    order = np.argsort(k, kind="stable")
+    ks_sorted = k[order]
+    if len(k) == 1 or ks_sorted[-1] == ks_sorted[0]:
+        return np.full(len(k), 1.0 / len(k))
+    half = np.diff(ks_sorted) / 2 / (ks_sorted[-1] - ks_sorted[0])
+    sorted_w = np.zeros(len(k))
+    sorted_w[:-1] += half
+    sorted_w[1:] += half
+    w[order] = sorted_w
+    return w
+
+
 @dataclass
 class CurvePoint:
     """One retrained model: the top-k features of a ranking and its test metrics."""
@@ -103,6 +124,7 @@ class CurvePoint:
     dims: int = 0  # input dimensions of the kept features (scalar 1, id its embedding dim, vector D)
     #: test AUC minus the all-features model's on the same rows (a recsys.stats.Interval as a dict)
     test_vs_full: dict[str, Any] | None = None
+    epochs: int = 0  # training epochs run (fewer than the trainer's max_epochs: stopped at its validation plateau)
 
 
 class FitCache:
@@ -115,6 +137,10 @@ class FitCache:
         #: the test labels every fit of the recipe scores (None until a fit kept its scores)
         self.test_labels: np.ndarray | None = None
         self.fits = 0
+
+    def points(self) -> list[CurvePoint]:
+        """Every fit made so far, once each."""
+        return list(self._points.values())
 
     def scores(self, features: Sequence[str]) -> np.ndarray | None:
         """The test probabilities of the fit on ``features`` (None: not kept, e.g. several processes)."""
@@ -136,6 +162,7 @@ class FitCache:
                 best_val_auc=float(m.get("best_val_auc", float("nan"))),
                 seconds=result.seconds,
                 run_id=result.run_id,
+                epochs=result.epochs_run,
             )
             if result.test_scores is not None:
                 labels, probs = result.test_scores
@@ -146,6 +173,32 @@ class FitCache:
             log.info("trained on %d features: test AUC %.4f (%s)", len(features), self._points[key].test_auc, run_name)
         point = self._points[key]
         return CurvePoint(**{**asdict(point), "features": list(features)})
+
+
+    def aukc_difference(self, plus: Sequence[Sequence[CurvePoint]], minus: Sequence[Sequence[CurvePoint]],
+                        level: float = 0.95) -> Interval | None:
+        """The mean test AUKC of the ``plus`` curves minus the mean of the ``minus`` curves, on the
+        same test rows, with DeLong's interval of that contrast of their fits' AUCs (a fit on both
+        sides cancels); None when a fit did not keep its test scores or the rows hold one class.
+
+        Args:
+            plus, minus: curves (each its points over one k grid) whose fits came from this cache.
+        """
+        weights: dict[tuple[str, ...], float] = {}
+        for side, curves in ((1.0, plus), (-1.0, minus)):
+            for points in curves:
+                for p, w in zip(points, aukc_weights([p.k for p in points]), strict=True):
+                    key = tuple(sorted(p.features))
+                    weights[key] = weights.get(key, 0.0) + side * w / len(curves)
+        weights = {k: w for k, w in weights.items() if abs(w) > 1e-15}
+        if self.test_labels is None or len(np.unique(self.test_labels)) != 2:
+            return None
+        if not weights:  # the same fits on both sides
+            return Interval(0.0, 0.0, 0.0, level, 0.0, "delong", int(self.test_labels.size))
+        scores = [self._scores.get(k) for k in weights]
+        if any(s is None for s in scores):
+            return None
+        return delong_contrast(self.test_labels, scores, list(weights.values()), level)
 
 
 @dataclass
@@ -258,8 +311,6 @@ class SelectionCurve:
         interval = chosen.test_vs_full if chosen is not None else None
         if interval is None:
             return {"test_vs_full_at_smallest_k": None, "verdict_at_smallest_k": None, "within_tolerance_on_test": None}
-        from recsys.stats import Interval
-
         iv = Interval(**interval)
         return {"test_vs_full_at_smallest_k": interval, "verdict_at_smallest_k": iv.verdict(),
                 "within_tolerance_on_test": iv.no_worse_than(self.tolerance)}

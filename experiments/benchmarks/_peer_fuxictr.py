@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "test_auc": float(metrics["AUC"]), "test_logloss": float(metrics["logloss"]), "best_val_auc": best_val_auc,
         "epochs": epochs, "wall_seconds": wall, "fit_seconds": fit_seconds,
         "samples_per_second": train_rows * epochs / fit_seconds, "train_rows": train_rows, "test_rows": int(y_true.size),
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "peak_rss_mb": _peak_rss_mb(),
         "ray_helpers_rss_mb_at_end": helpers, "n_parameters": int(n_parameters), "torch_threads": torch.get_num_threads(),
         "versions": {p: version(p) for p in ("fuxictr", "torch", "ray", "polars")} | {"python": sys.version.split()[0]},
     }
@@ -187,6 +187,18 @@ def _replace_with(path: Path, write: Callable[[Path], object]) -> None:
     tmp = path.with_name(f".{path.name}.tmp{path.suffix}")
     write(tmp)
     os.replace(tmp, path)
+
+
+def _peak_rss_mb() -> float:
+    """This process's peak RSS: ``VmHWM`` (``ru_maxrss`` keeps the parent's across ``exec``; this
+    script runs in the peer's venv, without ``recsys.runtime``)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def main(argv: list[str] | None = None) -> int:

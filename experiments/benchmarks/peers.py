@@ -36,7 +36,6 @@ import json
 import math
 import os
 import random
-import resource
 import shutil
 import statistics
 import subprocess
@@ -47,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from recsys.io import atomic_path, atomic_write_text
+from recsys.runtime import process_peak_rss_mb
 from recsys.stats import BETTER, WORSE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -289,7 +289,7 @@ def _ours_worker(argv: Sequence[str]) -> int:
         "best_val_auc": fit.metrics.get("best_val_auc", float("nan")), "epochs": clock.epochs,
         "wall_seconds": fit.seconds, "fit_seconds": clock.seconds,
         "samples_per_second": train_rows * clock.epochs / max(clock.seconds, 1e-9), "train_rows": train_rows,
-        "test_rows": int(labels.size), "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "test_rows": int(labels.size), "peak_rss_mb": process_peak_rss_mb(),
         "n_parameters": int(n_parameters), "torch_threads": torch.get_num_threads(),
     }
     atomic_write_text(args.out, json.dumps(result, indent=2))
@@ -407,7 +407,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "fit's own process (imports excluded; FuxiCTR's include starting its local Ray cluster, building its "
         "parquet files and vocabularies; ours include reading, encoding (no cache) and the test pass); train "
         "samples/s = train rows x epochs / seconds of the training loop (training and validation passes); peak "
-        "RSS is `ru_maxrss` of that process (FuxiCTR's Ray helper processes are not in it: their resident memory "
+        "RSS is that process's high-water mark (`VmHWM`; results before 2026-12-07 read `ru_maxrss`, which keeps the parent's RSS across `exec`) (FuxiCTR's Ray helper processes are not in it: their resident memory "
         "at the end is in the JSON, `ray_helpers_rss_mb_at_end`); epochs are the epochs trained, the last ones "
         "without gain included. FuxiCTR shuffles its training rows with Ray Data, unseeded, so its runs differ "
         "beyond the seed: the sd above is that spread.",

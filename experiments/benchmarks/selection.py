@@ -7,8 +7,9 @@ an ID-like trap, selection curves on real data, and cost.
     python -m experiments.benchmarks.selection --quick    # smoke run (not a result)
 
 Every method of the registry (``selection.method_names()``; ``random`` is the curves' baseline)
-runs with ``--seeds`` ranking seeds; a difference between two methods counts only when the 95%
-interval of the difference of the means over seeds excludes zero (beyond 1.96 standard errors). Four parts, one JSON
+runs with ``--seeds`` ranking seeds; a difference counts only when its 95% interval excludes zero: on
+the curves, the AUKC difference on the same test rows (DeLong, ``FitCache.aukc_difference``) over the
+ranking seeds (``recsys.stats.over_seeds``); elsewhere the difference of the means over seeds. Four parts, one JSON
 (``experiments/results/selection.json``), one table (``.md``) and one plot per dataset:
 
 1. **synthetic** (``recsys.data.synthetic.selection_benchmark_config`` at ``--rows`` rows: 40
@@ -24,7 +25,8 @@ interval of the difference of the means over seeds excludes zero (beyond 1.96 st
    distinct value in a large share of the training rows, can be memorised): how many ID-like
    noise fields each method puts in its top 10 (target: none for every learned selector).
 3. **curves** (Frappe, MovieLens-100K CTR, Criteo head-10k): each method's selection curve
-   (retrain the committed DCNv2 config on the top-k fields) against random rankings, validation
+   (retrain the committed DCNv2 config on the top-k fields, every fit to its validation
+   plateau) against random rankings, paired on the same test rows, validation
    and test AUKC, the smallest k within 0.001 of all fields (chosen on validation), and the
    ranking's cost in multiples of one all-fields training run (``selection.compare``).
 4. **cost** (measured side by side in the same process): LeAP's one training run against a
@@ -57,6 +59,7 @@ from experiments.benchmarks._common import (
 )
 from experiments.benchmarks._selection_cost import cost_lines, run_cost
 from recsys.io import atomic_savefig, atomic_write_text
+from recsys.stats import Interval, over_seeds
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -95,14 +98,19 @@ SYNTHETIC_CONFIG: dict[str, Any] = {
         "split": {"train": 0.8, "val": 0.1, "test": 0.1, "seed": 42},
     },
 }
-#: real-data curve budgets: the committed configs with fewer epochs (many fits per curve)
+#: real-data curves: the committed configs, every fit to its validation plateau (early stopping on
+#: validation AUC, the learning rate cut after one epoch without gain, patience 2), with larger
+#: batches on Frappe and MovieLens; the epoch cap is a guard the table reports when a fit reaches it
+_PLATEAU = ["--model.early_stopping_patience=2", "--model.lr_plateau_patience=1"]
 CURVE_SETTINGS: dict[str, dict[str, Any]] = {
     "frappe": {"config": "frappe_dcnv2.yaml", "ks": [1, 2, 3, 4, 6, 8],
-               "overrides": ["--trainer.max_epochs=4", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
+               "overrides": ["--trainer.max_epochs=40", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002",
+                             *_PLATEAU]},
     "movielens": {"config": "movielens_dcnv2.yaml", "ks": [1, 2, 3, 4, 6, 8],
-                  "overrides": ["--trainer.max_epochs=4", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002"]},
+                  "overrides": ["--trainer.max_epochs=40", "--data.batch_size=2048", "--model.optimizer.init_args.lr=0.002",
+                                *_PLATEAU]},
     "criteo": {"config": "criteo_dcnv2.yaml", "ks": [2, 4, 8, 16, 24, 32],
-               "overrides": ["--trainer.max_epochs=3", "--model.early_stopping_patience=1"]},
+               "overrides": ["--trainer.max_epochs=20", *_PLATEAU]},
 }
 
 #: --quick: a few training batches per fit (the numbers of a quick run are meaningless)
@@ -387,7 +395,12 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
         if not rows:
             methods[name] = {"failed": first.failed.get(name, "no result")}
             continue
+        seeded = [c for c in per_seed if name in c.curves]
         methods[name] = {
+            # per ranking seed, on the same test rows (DeLong contrast of the curves' fits)
+            "test_aukc_vs_random": _per_seed([c.aukc_difference(name) for c in seeded]),
+            "test_aukc_vs_leap": None if name == "leap" else _per_seed(
+                [c.aukc_difference(name, "leap") for c in seeded if "leap" in c.curves]),
             "val_aukc": _mean_std([r["val_aukc"] for r in rows]),
             "test_aukc": _mean_std([r["test_aukc"] for r in rows]),
             "smallest_k": [r["smallest_k"] for r in rows],
@@ -397,12 +410,16 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
             "ranking": first.reports[name].ranking if name in first.reports else None,
         }
     summary = any_curve.summary()
+    epochs = [p.epochs for p in cache.points()]
+    cap = epoch_budget(overrides)
     return {
         "ks": ks,
         "overrides": s["overrides"],
         "config": f"experiments/configs/{s['config']}",
         "seeds": seeds,
         "fits": cache.fits,
+        "epochs": {"cap": int(cap) if cap else None, "min": min(epochs), "median": float(np.median(epochs)),
+                   "max": max(epochs), "at_cap": sum(e >= int(cap) for e in epochs) if cap else 0},
         "seconds": round(time.perf_counter() - start, 1),
         "full": {"val_auc": summary["full_val_auc"], "test_auc": summary["full_test_auc"],
                  "seconds": round(any_curve.full.seconds, 2), "n_features": summary["n_features"]},
@@ -410,6 +427,20 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
                    "val_aukc": summary["random_val_aukc_mean"], "seeds": random_seeds},
         "methods": methods,
     }
+
+
+def _per_seed(intervals: list[Any]) -> list[dict[str, Any]] | None:
+    """Per-seed paired intervals as dicts (None when any seed's fits kept no test scores)."""
+    return None if not intervals or any(i is None for i in intervals) else [i.to_dict() for i in intervals]
+
+
+def _over_seeds(per_seed: list[dict[str, Any]] | None, negate: bool = False) -> Interval | None:
+    """The per-seed AUKC differences on the same test rows combined over the ranking seeds
+    (:func:`recsys.stats.over_seeds`); ``negate``: the reverse difference."""
+    if not per_seed:
+        return None
+    iv = over_seeds([Interval(**d) for d in per_seed])
+    return Interval(-iv.estimate, -iv.high, -iv.low, iv.level, iv.se, iv.method, iv.n) if negate else iv
 
 
 def curve_ks(dataset: str, quick: bool = False) -> list[int]:
@@ -430,9 +461,11 @@ def check_mergeable(dataset: str, old: dict[str, Any] | None, seeds: int, quick:
 
 
 def leap_verdict(curves: dict[str, Any]) -> dict[str, Any]:
-    """LeAP's test AUKC against the best other method on each dataset (a difference counts only
-    beyond the seed spread: the standard error of the difference of the two means)."""
+    """LeAP's test AUKC against the best other method on each dataset: the 95% interval of LeAP
+    minus it on the same test rows, over the ranking seeds (curves measured before the test
+    scores were kept: the seed spread, the standard error of the difference of the two means)."""
     out: dict[str, Any] = {}
+    words = {BETTER: "LeAP strictly best", TIE: "tie (the 95% interval holds 0)", WORSE: "LeAP behind"}
     for dataset, c in curves.items():
         scored = {n: m["test_aukc"] for n, m in c["methods"].items() if "test_aukc" in m}
         if "leap" not in scored or len(scored) < 2:
@@ -440,19 +473,29 @@ def leap_verdict(curves: dict[str, Any]) -> dict[str, Any]:
         leap = scored["leap"]
         best_name = max((n for n in scored if n.split("[")[0] != "leap"), key=lambda n: scored[n]["mean"])
         best = scored[best_name]
+        paired = _over_seeds(c["methods"][best_name].get("test_aukc_vs_leap"), negate=True)
+        if paired is not None:
+            out[dataset] = {"leap": leap["mean"], "best_other": best_name, "best_other_aukc": best["mean"],
+                            "difference": paired.to_dict(), "verdict": words[paired.verdict()]}
+            continue
         se = float(np.sqrt(sum((x["std"] ** 2) / max(x["n"], 1) for x in (leap, best))))
         v = verdict(leap["mean"], best["mean"], se) if leap["n"] > 1 and best["n"] > 1 else TIE
         out[dataset] = {"leap": leap["mean"], "best_other": best_name, "best_other_aukc": best["mean"], "spread": se,
-                        "verdict": {BETTER: "LeAP strictly best", TIE: "tie (within the seed spread)",
-                                    WORSE: "LeAP behind"}[v]}
+                        "verdict": words[v]}
     return out
 
 
 def above_random(m: dict[str, Any]) -> str:
-    """``yes`` / ``tie`` / ``NO``: a method's AUKC against the random rankings' mean, a difference
-    counting only beyond 1.96 of the random rankings' seed std (outside the random AUKCs' 95% range)."""
+    """``yes`` / ``tie`` / ``NO``: a method's test AUKC against the random rankings'. Paired
+    (``test_aukc_vs_random``: per seed, on the same test rows) the 95% interval over the seeds
+    decides, and is shown; otherwise a difference counts only beyond 1.96 of the random rankings'
+    seed std (outside the random AUKCs' 95% range)."""
+    words = {BETTER: "yes", TIE: "tie", WORSE: "NO"}
+    paired = _over_seeds(m.get("test_aukc_vs_random"))
+    if paired is not None:
+        return f"{words[paired.verdict()]} {paired.text()}"
     spread = float("nan") if m.get("random_aukc_std") is None else float(m["random_aukc_std"])
-    return {BETTER: "yes", TIE: "tie", WORSE: "NO"}[verdict(m["aukc"], m["random_aukc_mean"], spread)]
+    return words[verdict(m["aukc"], m["random_aukc_mean"], spread)]
 
 
 def _pm(x: dict[str, Any], digits: int = 4) -> str:
@@ -462,8 +505,15 @@ def _pm(x: dict[str, Any], digits: int = 4) -> str:
 
 
 def _budget_note(curve: dict[str, Any]) -> list[str]:
-    """A curve whose fits stop at a fixed epoch count says so: every top-k model and the
-    all-features model are compared under that budget, not at their validation plateaus."""
+    """Whether the curve's fits reached their validation plateaus: the epochs they ran against
+    the cap; a curve measured without the epochs with a fixed epoch count says it is under that
+    budget (every model compared under it, not at its plateau)."""
+    run = curve.get("epochs")
+    if run:
+        reached = ("every fit stopped at its validation plateau (early stopping)" if run["at_cap"] == 0 else
+                   f"**under budget: {run['at_cap']} of {curve['fits']} fits reached the {run['cap']}-epoch cap** "
+                   "before their early stopping")
+        return [f"Epochs per fit: {run['min']} to {run['max']} (median {run['median']:g}, cap {run['cap']}); {reached}.", ""]
     epochs = epoch_budget(curve.get("overrides", []))
     if not epochs:
         return []
@@ -560,7 +610,8 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"{c['random']['test_aukc_std']:.4f}. k is chosen on validation; test is read once per model. "
             f"Measured by `{c.get('command', result['command'])}`{_kept_rows(c)}.",
             "",
-            "| method | validation AUKC | test AUKC | above random | smallest k within 0.001 (validation) | "
+            "| method | validation AUKC | test AUKC | above random (test AUKC - random, 95% CI paired) | "
+            "smallest k within 0.001 (validation) | "
             "ranking cost (fits) | top 5 |",
             "|---|---|---|---|---|---|---|",
         ]
@@ -570,7 +621,8 @@ def to_markdown(result: dict[str, Any]) -> str:
                 lines.append(f"| {name} | failed: {m.get('failed')} | | | | | |")
                 continue
             above = above_random({"aukc": m["test_aukc"]["mean"], "random_aukc_mean": c["random"]["test_aukc"],
-                                  "random_aukc_std": c["random"]["test_aukc_std"]})
+                                  "random_aukc_std": c["random"]["test_aukc_std"],
+                                  "test_aukc_vs_random": m.get("test_aukc_vs_random")})
             lines.append(f"| {name} | {_pm(m['val_aukc'])} | {_pm(m['test_aukc'])} | {above} | {m['smallest_k']} | "
                          f"{_pm(m['rank_cost_fits'], 2)} | {', '.join(m['top'])} |")
         lines.append("")
@@ -581,11 +633,13 @@ def to_markdown(result: dict[str, Any]) -> str:
         lines += [
             "## LeAP against the best other selector (test AUKC)",
             "",
-            "| dataset | LeAP | best other | its AUKC | seed spread | verdict |",
+            "| dataset | LeAP | best other | its AUKC | LeAP - best other (95% CI) | verdict |",
             "|---|---|---|---|---|---|",
         ]
         for d, v in verdicts.items():
-            lines.append(f"| {d} | {v['leap']:.4f} | {v['best_other']} | {v['best_other_aukc']:.4f} | {v['spread']:.4f} | {v['verdict']} |")
+            diff = (f"{Interval(**v['difference']).text()} (paired, over seeds)" if "difference" in v else
+                    f"{v['leap'] - v['best_other_aukc']:+.4f} +/- {1.96 * v['spread']:.4f} (seed spread, unpaired)")
+            lines.append(f"| {d} | {v['leap']:.4f} | {v['best_other']} | {v['best_other_aukc']:.4f} | {diff} | {v['verdict']} |")
         lines += ["", f"Target (best or tied with the best everywhere, strictly best on >= 2): "
                   f"{'met' if not behind and strict >= 2 else 'NOT met'} (strictly best on {strict}; behind on {behind or 'none'}).", ""]
     cost = result.get("cost")

@@ -45,7 +45,7 @@ Memory (per process; the byte model):
   processes it is exactly the single process's total;
 * optimizer state: the fused optimizer's state tensors held locally (row-wise Adagrad: one
   fp32 per row, so rows x 4 B);
-* RSS, as secondary numbers: ``getrusage(RUSAGE_SELF).ru_maxrss`` (the peak of the whole
+* RSS, as secondary numbers: the process's ``VmHWM`` (the peak of the whole
   run, set-up included) and VmRSS after training (after ``malloc_trim``: the steady state).
   Both include torch, TorchRec and Lightning themselves (about 0.5 GB: VmRSS at the start of
   the arm, ``rss_start_bytes``); "RSS added" = VmRSS at the end minus at the start counts what
@@ -78,7 +78,6 @@ import gc
 import json
 import logging
 import os
-import resource
 import socket
 import statistics
 import sys
@@ -250,8 +249,10 @@ def _rss_now() -> int:
 
 
 def _rss_peak() -> int:
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return int(peak) if sys.platform == "darwin" else int(peak) * 1024  # kB on Linux
+    """Peak resident set size of this process (bytes; ``VmHWM``, not ``ru_maxrss``: that survives ``exec``)."""
+    from recsys.runtime import process_peak_rss_mb
+
+    return int(process_peak_rss_mb() * 1024 * 1024)
 
 
 def _trim() -> None:
@@ -611,7 +612,7 @@ def to_markdown(result: dict[str, Any]) -> str:
         "(`ShardedTensor.local_shards()` of the sharded model's state dict; the full tables for single); optimizer "
         "state = the fused row-wise Adagrad state held locally (one fp32 per row); RSS at end = VmRSS after training "
         "(after `malloc_trim`); RSS added = RSS at end minus VmRSS at the start of the arm (after importing torch, "
-        "TorchRec and Lightning); peak RSS = `ru_maxrss` (includes the set-up and the libraries).",
+        "TorchRec and Lightning); peak RSS = `VmHWM` (includes the set-up and the libraries).",
         "",
         *_rss_note(result),
         "",

@@ -65,6 +65,8 @@ class CTRDataModule(pl.LightningDataModule):
             the ``distributed`` extra). See ``docs/multi-node.md``.
         scheduler: the Dask scheduler address (``tcp://host:8786``) of ``engine: dask``; null
             starts a local cluster of one worker process per core.
+        span_mb: ``engine: dask`` cuts a plain text file larger than this many MiB into spans of
+            whole lines, one task each (null: one task per file; part of the cache key).
     """
 
     def __init__(
@@ -85,6 +87,7 @@ class CTRDataModule(pl.LightningDataModule):
         rows_per_shard: int | None = None,
         engine: Literal["local", "dask"] = "local",
         scheduler: str | None = None,
+        span_mb: int | None = 128,
     ) -> None:
         super().__init__()
         self.reader = reader
@@ -109,6 +112,9 @@ class CTRDataModule(pl.LightningDataModule):
             raise ValueError(f"data.engine must be 'local' or 'dask', got {engine!r}")
         self.engine = engine
         self.scheduler = scheduler
+        if span_mb is not None and span_mb < 1:
+            raise ValueError(f"data.span_mb must be >= 1 (MiB) or null (one task per file), got {span_mb}")
+        self.span_mb = span_mb
         self._prepared: PreparedData | None = None
         self._shard_set: ShardSet | None = None
         self._view: Preprocessor | None = None
@@ -155,7 +161,8 @@ class CTRDataModule(pl.LightningDataModule):
         if self.engine == "dask":
             from recsys.data.streaming.dask_cluster import prepare_shards_distributed
 
-            return prepare_shards_distributed(self.reader, config, client=self.scheduler)
+            span_bytes = None if self.span_mb is None else int(self.span_mb) << 20
+            return prepare_shards_distributed(self.reader, config, client=self.scheduler, span_bytes=span_bytes)
         return prepare_shards(self.reader, config)
 
     @property

@@ -7,6 +7,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -168,6 +169,33 @@ def test_selection_above_random_needs_more_than_the_random_spread() -> None:
     assert above_random({"aukc": 0.75, "random_aukc_mean": 0.70, "random_aukc_std": 0.01}) == "yes"
     assert above_random({"aukc": 0.705, "random_aukc_mean": 0.70, "random_aukc_std": 0.01}) == "tie"
     assert above_random({"aukc": 0.60, "random_aukc_mean": 0.70, "random_aukc_std": 0.01}) == "NO"
+
+
+def test_selection_curve_verdicts_read_the_paired_interval_over_seeds() -> None:
+    from experiments.benchmarks.selection import above_random, leap_verdict
+
+    def iv(estimate: float, se: float) -> dict[str, Any]:
+        return {"estimate": estimate, "low": estimate - 1.96 * se, "high": estimate + 1.96 * se, "level": 0.95,
+                "se": se, "method": "delong", "n": 1000}
+
+    # a 0.005 gain whose seeds agree and whose rows are precise: "yes", even with a wide random spread
+    m = {"aukc": 0.705, "random_aukc_mean": 0.70, "random_aukc_std": 0.01, "test_aukc_vs_random": [iv(0.005, 0.001)] * 2}
+    assert above_random(m).startswith("yes +0.0050 [")
+    m["test_aukc_vs_random"] = [iv(0.005, 0.004), iv(0.004, 0.004)]  # the rows' variance covers 0
+    assert above_random(m).startswith("tie ")
+
+    def curve(best_minus_leap: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"methods": {"leap": {"test_aukc": {"mean": 0.80, "std": 0.0, "n": 2}},
+                            "lasso": {"test_aukc": {"mean": 0.79, "std": 0.0, "n": 2}},
+                            "outrank": {"test_aukc": {"mean": 0.81, "std": 0.0, "n": 2},
+                                        "test_aukc_vs_leap": best_minus_leap}}}
+
+    v = leap_verdict({"a": curve([iv(0.010, 0.002), iv(0.011, 0.002)]), "b": curve([iv(0.010, 0.008)] * 2),
+                      "c": curve([iv(-0.01, 0.002)] * 2)})
+    assert v["a"]["verdict"] == "LeAP behind" and v["a"]["best_other"] == "outrank"
+    assert v["a"]["difference"]["estimate"] == pytest.approx(-0.0105) and v["a"]["difference"]["high"] < 0
+    assert v["b"]["verdict"].startswith("tie")
+    assert v["c"]["verdict"] == "LeAP strictly best"  # the best by mean, yet behind LeAP on the same rows
 
 
 def test_hardware_names_a_visible_gpu(monkeypatch: pytest.MonkeyPatch) -> None:

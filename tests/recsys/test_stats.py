@@ -10,7 +10,16 @@ import pytest
 from scipy import stats as sps
 from sklearn.metrics import roc_auc_score
 
-from recsys.stats import Interval, auc, auc_se, delong, over_seeds, paired_bootstrap, paired_mean_difference
+from recsys.stats import (
+    Interval,
+    auc,
+    auc_se,
+    delong,
+    delong_contrast,
+    over_seeds,
+    paired_bootstrap,
+    paired_mean_difference,
+)
 
 
 def _brute_delong(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
@@ -62,6 +71,49 @@ def test_delong_matches_the_pairwise_definition_to_the_last_bits() -> None:
     assert got.estimate == pytest.approx(diff, abs=1e-12)
     assert got.se == pytest.approx(math.sqrt(var), rel=1e-9)
     assert got.high - got.estimate == pytest.approx(1.959963985 * got.se, rel=1e-8) and got.n == 600
+
+
+def _brute_contrast_var(y: np.ndarray, scores: list[np.ndarray], w: np.ndarray) -> tuple[float, float]:
+    """sum_k w_k AUC_k and its DeLong variance w' S w, S from the pairwise psi of every model."""
+    comps = []
+    for s in scores:
+        psi = (s[y == 1][:, None] > s[y == 0][None, :]) + 0.5 * (s[y == 1][:, None] == s[y == 0][None, :])
+        comps.append((float(psi.mean()), psi.mean(axis=1), psi.mean(axis=0)))
+    aucs = np.array([c[0] for c in comps])
+    v10, v01 = np.array([c[1] for c in comps]), np.array([c[2] for c in comps])
+    cov = np.cov(v10) / v10.shape[1] + np.cov(v01) / v01.shape[1]
+    return float(w @ aucs), float(w @ cov @ w)
+
+
+def test_delong_contrast_is_the_pairwise_definition_and_delong_its_two_model_case() -> None:
+    g = np.random.default_rng(5)
+    y = g.integers(0, 2, 500)
+    scores = [np.round(y * c + g.standard_normal(500), 1) for c in (1.0, 0.7, 0.4, 0.2)]
+    w = np.array([0.25, 0.75, -0.5, -0.5])  # two trapezoid-weighted "curves" of two points each
+    got = delong_contrast(y, scores, w)
+    est, var = _brute_contrast_var(y, scores, w)
+    assert got.estimate == pytest.approx(est, abs=1e-12)
+    assert got.se == pytest.approx(math.sqrt(var), rel=1e-9)
+    two = delong_contrast(y, scores[:2], [1.0, -1.0])
+    assert two == delong(y, scores[0], scores[1])
+    # a bootstrap over rows of the same contrast agrees
+    rng = np.random.default_rng(0)
+    pos, neg = np.flatnonzero(y == 1), np.flatnonzero(y == 0)
+    draws = []
+    for _ in range(300):
+        rows = np.concatenate([rng.choice(pos, pos.size), rng.choice(neg, neg.size)])
+        draws.append(sum(wk * auc(y[rows], s[rows]) for wk, s in zip(w, scores, strict=True)))
+    assert float(np.std(draws, ddof=1)) == pytest.approx(got.se, rel=0.15)
+
+
+def test_delong_contrast_of_identical_curves_is_zero_and_planted_gaps_are_found() -> None:
+    y, a, b = _pair(5000, 0.6, seed=6)
+    same = delong_contrast(y, [a, b, a, b], [0.5, 0.5, -0.5, -0.5])
+    assert same.estimate == 0 and same.se == 0 and same.verdict() == "tie"
+    better = delong_contrast(y, [a, a, b, b], [0.5, 0.5, -0.5, -0.5])
+    assert better.verdict() == "better" and better.estimate == pytest.approx(delong(y, a, b).estimate, abs=1e-12)
+    with pytest.raises(ValueError, match="one weight per model"):
+        delong_contrast(y, [a, b], [1.0])
 
 
 def test_bootstrap_agrees_with_delong_and_does_logloss() -> None:

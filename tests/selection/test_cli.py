@@ -130,6 +130,10 @@ def test_select_compares_several_methods_in_one_table_plot_and_parent_run(
     for r in table["rows"]:
         assert 0.5 < r["test_aukc"] <= 1 and 0.5 < r["val_aukc"] <= 1 and r["smallest_k"] in (2, 4, None)
         assert r["rank_cost_seconds"] > 0 and r["rank_cost_fits"] > 0
+        vs_random = r["test_aukc_vs_random"]  # paired on the same test rows (DeLong contrast of the curves)
+        assert vs_random["method"] == "delong" and vs_random["low"] <= vs_random["estimate"] <= vs_random["high"]
+        assert vs_random["estimate"] == pytest.approx(r["test_aukc"] - r["random_test_aukc"], abs=1e-5)
+    assert "test AUKC - random (95% CI, paired)" in out
     vals = [r["val_aukc"] for r in table["rows"]]
     assert vals == sorted(vals, reverse=True)  # best on validation first
     assert ImportanceReport.load(tmp_cwd / "cmp" / "lasso" / "report.json").config["C"] == 0.05

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, parse_ks, selection_curve
+from selection.curve import CurvePoint, FitCache, SelectionCurve, aukc, aukc_weights, parse_ks, selection_curve
 from selection.report import ImportanceReport
 
 
@@ -16,6 +16,16 @@ def test_aukc_golden_values() -> None:
     assert aukc([4, 1, 2], [0.7, 0.6, 0.7]) == pytest.approx((0.65 * 1 + 0.7 * 2) / 3)  # order-free
     assert aukc([3], [0.8]) == 0.8
     assert np.isnan(aukc([], []))
+
+
+def test_aukc_weights_reproduce_aukc_in_any_order() -> None:
+    g = np.random.default_rng(0)
+    for ks in ([1, 2, 4, 8], [8, 1, 4, 2], [3], [5, 5], [2, 4, 8, 16, 24, 32]):
+        aucs = g.uniform(0.5, 0.9, len(ks))
+        w = aukc_weights(ks)
+        assert w @ aucs == pytest.approx(aukc(ks, aucs), abs=1e-15)
+        assert w.sum() == pytest.approx(1.0, abs=1e-15) and (w > 0).all()
+    assert aukc_weights([1, 2, 4]).tolist() == pytest.approx([1 / 6, 3 / 6, 2 / 6])  # halves of [1, 2] and [2, 4] over 3
 
 
 def test_parse_ks() -> None:
@@ -85,6 +95,13 @@ def test_selection_curve_trains_top_k_with_nested_runs(tiny_recipe, tmp_cwd: Pat
         assert iv is not None and iv["method"] == "delong" and iv["n"] == len(labels)
         assert iv["estimate"] == pytest.approx(p.test_auc - curve.full.test_auc, abs=1e-5)
         assert iv["low"] <= iv["estimate"] <= iv["high"]
+    # the AUKC difference of two curves is a DeLong contrast of their fits on the same rows
+    vs_random = cache.aukc_difference([curve.points], list(curve.random.values()))
+    assert vs_random is not None and vs_random.method == "delong" and vs_random.n == len(labels)
+    assert vs_random.estimate == pytest.approx(curve.aukc - curve.random_aukc, abs=1e-5)
+    assert vs_random.low < vs_random.estimate < vs_random.high
+    same = cache.aukc_difference([curve.points], [curve.points])
+    assert same is not None and (same.estimate, same.low, same.high) == (0.0, 0.0, 0.0)
     summary = curve.summary()
     if curve.smallest_k is not None:
         assert summary["verdict_at_smallest_k"] in ("better", "worse", "tie")

@@ -64,6 +64,8 @@ class LineBlocks:
             with a span, plus the lines before it: the number of the last line handed out).
         bytes_read: bytes of the file (compressed, for gzip) consumed so far.
         bytes_total: the file's size on disk.
+        counts: the :class:`~recsys.data.readers.text_scan.TextCounts` of the block last handed
+            out (its line ends, carriage returns, ASCII), for the parser to reuse.
     """
 
     def __init__(self, path: Path, rows: int | None, max_lines: int | None = None, span: Span | None = None) -> None:
@@ -82,6 +84,7 @@ class LineBlocks:
         self._given_back = 0
         self._text_bytes = 0
         self._raw: BinaryIO | None = None
+        self.counts: TextCounts | None = None
 
     def unread(self, tail: Text) -> None:
         """Give back the end of the last block (whole lines); the next block starts with it and
@@ -134,7 +137,8 @@ class LineBlocks:
                 seen += piece.count(b"\n")
             data = _first_lines(b"".join(parts), self.max_lines)
         first = self.lines + 1
-        self.lines += data.count(b"\n")
+        self.counts = text_counts(data)
+        self.lines += self.counts.newlines
         yield data, first, True
 
     def _blocks(self, fh: io.BufferedIOBase, rows: int) -> Iterator[tuple[Text, int, bool]]:
@@ -164,12 +168,12 @@ class LineBlocks:
             self._given_back = 0
             block, self._carry = _cut(buf, cut)
             last = eof and not self._carry
-            n = text_counts(block).newlines
-            if self.max_lines is not None and self.lines + n >= self.max_lines:
+            self.counts = text_counts(block)
+            if self.max_lines is not None and self.lines + self.counts.newlines >= self.max_lines:
                 block = _first_lines(block, self.max_lines - self.lines)
-                n, last = block.count(b"\n"), True
+                self.counts, last = text_counts(block), True
             first = self.lines + 1
-            self.lines += n
+            self.lines += self.counts.newlines
             yield block, first, last
             if last:
                 return
@@ -230,6 +234,7 @@ def parse_block(
     encoding: str = "utf-8",
     on_header: Callable[[list[str]], list[str]] | None = None,
     types: dict[str, pa.DataType] | None = None,
+    counts: TextCounts | None = None,
 ) -> tuple[pd.DataFrame | None, list[str] | None, bytes]:
     """One block of lines as a frame of ``str`` columns indexed by source line number.
 
@@ -247,6 +252,8 @@ def parse_block(
         types: Arrow types of columns the clean-block path parses directly (an empty cell is
             null, any other cell the type rejects sends the block to the checking path, where
             the column stays text for the caller's own checks and messages).
+        counts: ``block``'s text counts when the caller has them (:attr:`LineBlocks.counts`);
+            None: counted here.
 
     Returns:
         ``(frame or None when the block has no good row, column names from the header (None
@@ -254,7 +261,10 @@ def parse_block(
     """
     header = names is None
     in_quotes = quoted and b'"' in block
-    counts = None if header or in_quotes else text_counts(block)
+    if header or in_quotes:
+        counts = None
+    elif counts is None:
+        counts = text_counts(block)
     if counts is not None and _clean(block, counts, encoding):
         n_lines = counts.newlines + (0 if block.endswith(b"\n") or not block else 1)
         assert names is not None
@@ -384,8 +394,9 @@ def merge_reports(reports: list[ReadReport]) -> ReadReport:
     return out
 
 
-#: ``parse(block, first_line, whole, more) -> (frame or None, rest)``: one block of a text file
-BlockParser = Callable[[Text, int, bool, bool], tuple[pd.DataFrame | None, bytes]]
+#: ``parse(block, first_line, whole, more, counts) -> (frame or None, rest)``: one block of a text
+#: file, with its text counts (:attr:`LineBlocks.counts`)
+BlockParser = Callable[[Text, int, bool, bool, TextCounts | None], tuple[pd.DataFrame | None, bytes]]
 
 
 def text_frames(
@@ -413,7 +424,7 @@ def text_frames(
                 raise DataError(f"{path}: the file is empty")
             blocks.unread(block)
             continue
-        frame, rest = parse(block, first, whole, not last)
+        frame, rest = parse(block, first, whole, not last, blocks.counts)
         if rest:
             blocks.unread(rest)
         report.lines, report.bytes_read = blocks.lines, blocks.bytes_read
@@ -433,12 +444,12 @@ def header_text_frames(
     by line number (the header is line 1)."""
     names: list[str] | None = None
 
-    def parse(block: Text, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
+    def parse(block: Text, first: int, whole: bool, more: bool, counts: TextCounts | None) -> tuple[pd.DataFrame | None, bytes]:
         nonlocal names
         frame, header, rest = parse_block(
             block, source=str(path), sep=sep, names=names, expected=None if names is None else len(names),
             report=report, skip_bad_rows=skip_bad_rows, first_line=first, whole=whole, more=more,
-            quoted=True, include=include, on_header=on_header,
+            quoted=True, include=include, on_header=on_header, counts=counts,
         )
         if header is not None:
             names = header

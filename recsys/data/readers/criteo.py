@@ -13,6 +13,7 @@ from recsys.data.readers.base import Reader, check_columns
 from recsys.data.readers.blocks import Text, parse_block, pool, text_frames
 from recsys.data.readers.lines import to_float
 from recsys.data.readers.spans import Span
+from recsys.data.readers.text_scan import TextCounts
 from recsys.data.schema import DenseTransform, FeatureKind, FeatureSpec, Schema
 
 __all__ = ["CRITEO_DENSE", "CRITEO_SPARSE", "CriteoReader"]
@@ -138,13 +139,15 @@ class CriteoReader(Reader):
             report = ReadReport(source=source)
             self._reports.append(report)
 
-            def parse(block: Text, first: int, whole: bool, more: bool) -> tuple[pd.DataFrame | None, bytes]:
+            def parse(block: Text, first: int, whole: bool, more: bool,
+                      counts: TextCounts | None) -> tuple[pd.DataFrame | None, bytes]:
                 # I* as integers straight from the CSV parser, unless a "0x" could be read as hex
                 # (which the checks below refuse); any other bad cell sends the block to the checks
                 types = None if b"x" in block or b"X" in block else _INT_TYPES
                 frame, _, rest = parse_block(
                     block, source=source, sep="\t", names=COLUMNS, expected=len(COLUMNS), report=report,  # noqa: B023
                     skip_bad_rows=self.skip_bad_rows, first_line=first, whole=whole, more=more, types=types,
+                    counts=counts,
                 )
                 return frame, rest
 

@@ -202,6 +202,14 @@ def test_line_blocks_give_back_and_long_lines(tmp_path: Path) -> None:
     blocks = list(LineBlocks(path, rows=1))
     assert b"".join(b for b, _, _ in blocks) == path.read_bytes()
     assert [first for _, first, _ in blocks] == [1, 2, 3] and blocks[-1][2]
+    # each block's text counts ride along for the parser (one pass over the block, not two)
+    reader = LineBlocks(path, rows=1)
+    for block, _, _ in reader:
+        assert reader.counts == text_scan.text_counts(bytes(block))
+    for max_lines in (1, 2):  # the block cut at max_lines is counted as cut
+        reader = LineBlocks(path, rows=1, max_lines=max_lines)
+        for block, _, _ in reader:
+            assert reader.counts == text_scan.text_counts(bytes(block))
 
 
 @pytest.mark.parametrize("kernels", ["numba", "numpy"])

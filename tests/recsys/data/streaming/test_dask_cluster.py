@@ -163,7 +163,7 @@ def test_bad_input(tmp_path: Path, client: Client, threads: Client, monkeypatch:
     assert not any((tmp_path / "m").iterdir())
 
 
-def test_data_module_engine_dask(tmp_path: Path, client: Client) -> None:
+def test_data_module_engine_dask(tmp_path: Path, client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     """``data.engine: dask`` with ``data.scheduler``: the module streams the shards the cluster wrote."""
     from recsys.train.datamodule import CTRDataModule
 
@@ -176,6 +176,17 @@ def test_data_module_engine_dask(tmp_path: Path, client: Client) -> None:
     assert sum(part.rows for part in shards.splits.values()) == 500
     with pytest.raises(ValueError, match="data.engine"):
         CTRDataModule(reader, engine="spark")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="data.span_mb"):
+        CTRDataModule(reader, span_mb=0)
+    # data.span_mb reaches the engine as bytes (null: one task per file)
+    import recsys.data.streaming.dask_cluster as engine
+
+    seen: list[int | None] = []
+    monkeypatch.setattr(engine, "prepare_shards_distributed",
+                        lambda reader, config, client=None, span_bytes=None: seen.append(span_bytes))
+    for span_mb in (3, None):
+        _ = CTRDataModule(reader, streaming=True, cache_dir=str(tmp_path / "c"), engine="dask", span_mb=span_mb).shard_set
+    assert seen == [3 << 20, None]
 
 
 def test_a_large_file_cut_into_spans_equals_the_whole_file(tmp_path: Path, client: Client) -> None:
