@@ -48,18 +48,15 @@ from typing import Any
 import numpy as np
 
 from experiments.benchmarks._common import (
-    BETTER,
-    TIE,
-    WORSE,
     epoch_budget,
     hardware_text,
     isolated_workdir,
     result_header,
-    verdict,
 )
 from experiments.benchmarks._selection_cost import cost_lines, run_cost
+from experiments.benchmarks._selection_verdicts import above_random, leap_verdict, seed_intervals
 from recsys.io import atomic_savefig, atomic_write_text
-from recsys.stats import Interval, over_seeds
+from recsys.stats import Interval
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 RESULTS = Path(__file__).resolve().parents[1] / "results"
@@ -398,8 +395,8 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
         seeded = [c for c in per_seed if name in c.curves]
         methods[name] = {
             # per ranking seed, on the same test rows (DeLong contrast of the curves' fits)
-            "test_aukc_vs_random": _per_seed([c.aukc_difference(name) for c in seeded]),
-            "test_aukc_vs_leap": None if name == "leap" else _per_seed(
+            "test_aukc_vs_random": seed_intervals([c.aukc_difference(name) for c in seeded]),
+            "test_aukc_vs_leap": None if name == "leap" else seed_intervals(
                 [c.aukc_difference(name, "leap") for c in seeded if "leap" in c.curves]),
             "val_aukc": _mean_std([r["val_aukc"] for r in rows]),
             "test_aukc": _mean_std([r["test_aukc"] for r in rows]),
@@ -429,20 +426,6 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     }
 
 
-def _per_seed(intervals: list[Any]) -> list[dict[str, Any]] | None:
-    """Per-seed paired intervals as dicts (None when any seed's fits kept no test scores)."""
-    return None if not intervals or any(i is None for i in intervals) else [i.to_dict() for i in intervals]
-
-
-def _over_seeds(per_seed: list[dict[str, Any]] | None, negate: bool = False) -> Interval | None:
-    """The per-seed AUKC differences on the same test rows combined over the ranking seeds
-    (:func:`recsys.stats.over_seeds`); ``negate``: the reverse difference."""
-    if not per_seed:
-        return None
-    iv = over_seeds([Interval(**d) for d in per_seed])
-    return Interval(-iv.estimate, -iv.high, -iv.low, iv.level, iv.se, iv.method, iv.n) if negate else iv
-
-
 def curve_ks(dataset: str, quick: bool = False) -> list[int]:
     """The k grid of ``dataset``'s curve (``--quick``: its first two ks)."""
     ks = CURVE_SETTINGS[dataset]["ks"]
@@ -458,44 +441,6 @@ def check_mergeable(dataset: str, old: dict[str, Any] | None, seeds: int, quick:
         raise SystemExit(f"--merge --methods: the earlier {dataset} curve has ks {old.get('ks')}, overrides "
                          f"{old.get('overrides')} and {old.get('seeds')} seeds, this run {ks}, {s['overrides']} "
                          f"and {seeds}: rerun every method, or match them")
-
-
-def leap_verdict(curves: dict[str, Any]) -> dict[str, Any]:
-    """LeAP's test AUKC against the best other method on each dataset: the 95% interval of LeAP
-    minus it on the same test rows, over the ranking seeds (curves measured before the test
-    scores were kept: the seed spread, the standard error of the difference of the two means)."""
-    out: dict[str, Any] = {}
-    words = {BETTER: "LeAP strictly best", TIE: "tie (the 95% interval holds 0)", WORSE: "LeAP behind"}
-    for dataset, c in curves.items():
-        scored = {n: m["test_aukc"] for n, m in c["methods"].items() if "test_aukc" in m}
-        if "leap" not in scored or len(scored) < 2:
-            continue
-        leap = scored["leap"]
-        best_name = max((n for n in scored if n.split("[")[0] != "leap"), key=lambda n: scored[n]["mean"])
-        best = scored[best_name]
-        paired = _over_seeds(c["methods"][best_name].get("test_aukc_vs_leap"), negate=True)
-        if paired is not None:
-            out[dataset] = {"leap": leap["mean"], "best_other": best_name, "best_other_aukc": best["mean"],
-                            "difference": paired.to_dict(), "verdict": words[paired.verdict()]}
-            continue
-        se = float(np.sqrt(sum((x["std"] ** 2) / max(x["n"], 1) for x in (leap, best))))
-        v = verdict(leap["mean"], best["mean"], se) if leap["n"] > 1 and best["n"] > 1 else TIE
-        out[dataset] = {"leap": leap["mean"], "best_other": best_name, "best_other_aukc": best["mean"], "spread": se,
-                        "verdict": words[v]}
-    return out
-
-
-def above_random(m: dict[str, Any]) -> str:
-    """``yes`` / ``tie`` / ``NO``: a method's test AUKC against the random rankings'. Paired
-    (``test_aukc_vs_random``: per seed, on the same test rows) the 95% interval over the seeds
-    decides, and is shown; otherwise a difference counts only beyond 1.96 of the random rankings'
-    seed std (outside the random AUKCs' 95% range)."""
-    words = {BETTER: "yes", TIE: "tie", WORSE: "NO"}
-    paired = _over_seeds(m.get("test_aukc_vs_random"))
-    if paired is not None:
-        return f"{words[paired.verdict()]} {paired.text()}"
-    spread = float("nan") if m.get("random_aukc_std") is None else float(m["random_aukc_std"])
-    return words[verdict(m["aukc"], m["random_aukc_mean"], spread)]
 
 
 def _pm(x: dict[str, Any], digits: int = 4) -> str:
@@ -743,6 +688,9 @@ def main(argv: list[str] | None = None) -> int:
         new = result["curves"][dataset]
         new["plot_command"] = old.get("plot_command", old.get("command", previous.get("command")))
         keep_rows(new, old, lambda method: method.split("[")[0] in names)  # m[...]: an ablation row of m
+        if "leap" in names:  # the kept rows were paired with the earlier LeAP's fits
+            for method in new["measured_by"]:
+                new["methods"][method].pop("test_aukc_vs_leap", None)
         if not new["random"]["seeds"]:
             new["random"] = old["random"]
 

@@ -80,6 +80,11 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
         curves = result["curves"][dataset]["methods"]
         assert set(curves) == set(methods) and all(0.0 < m["test_aukc"]["mean"] < 1.0 for m in curves.values())
         assert all(m["rank_cost_fits"]["mean"] >= 0 for m in curves.values())
+        # paired on the same test rows, per ranking seed: against the random rankings and against LeAP
+        assert all(len(m["test_aukc_vs_random"]) == 1 and m["test_aukc_vs_random"][0]["method"] == "delong"
+                   for m in curves.values())
+        assert curves["leap"]["test_aukc_vs_leap"] is None and curves["lasso"]["test_aukc_vs_leap"][0]["n"] > 0
+        assert result["curves"][dataset]["epochs"]["cap"] == 1  # --quick trains one epoch per fit
         assert (tmp_path / f"selection_quick_{dataset}.png").exists()
     assert set(result["leap_verdicts"]) == set(bench.QUICK_CURVES)
     cost = result["cost"]
@@ -108,6 +113,7 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     assert set(curve["methods"]) == set(earlier["methods"]) and curve["random"] == earlier["random"]
     assert {m: curve["methods"][m] for m in methods if m != "sfs"} == {m: earlier["methods"][m] for m in methods if m != "sfs"}
     assert set(curve["measured_by"]) == set(earlier["methods"]) - {"sfs"} and curve["plot_command"] == earlier["command"]
+    assert curve["methods"]["sfs"]["test_aukc_vs_leap"] is None  # no LeAP curve in this run to pair with
     assert plot.read_bytes() == before and "The plot shows the curves of" in (tmp_path / "selection_quick.md").read_text()
     # the planted truth at a second size is a part of its own; the first-size table stays
     assert bench.main(["--quick", "--merge", "--parts", "synthetic_large", "--methods", "outrank",

@@ -23,6 +23,7 @@ import gzip
 import io
 import zlib
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -101,12 +102,18 @@ class LineBlocks:
         left = max(self.span.end - self._raw.tell(), 0)
         return left if n < 0 else min(n, left)
 
+    @contextmanager
+    def _gzip_errors(self) -> Iterator[None]:
+        """A truncated download or a damaged gzip file, as a DataError that names the file."""
+        try:
+            yield
+        except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+            raise DataError(f"{self.path}: not a readable gzip file ({e})") from e
+
     def _read(self, fh: io.BufferedIOBase, n: int) -> bytes:
         n = self._room(n)
-        try:
+        with self._gzip_errors():
             data = fh.read() if n < 0 else fh.read(n)
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
-            raise DataError(f"{self.path}: not a readable gzip file ({e})") from e
         assert self._raw is not None
         self.bytes_read = self._raw.tell()
         self._text_bytes += len(data)
@@ -187,10 +194,8 @@ class LineBlocks:
         room = self._room(n)
         buf = bytearray(have + room)
         buf[:have] = self._carry
-        try:
+        with self._gzip_errors():
             got = fh.readinto(memoryview(buf)[have:]) or 0 if room else 0
-        except (EOFError, gzip.BadGzipFile, zlib.error) as e:  # a truncated download, a damaged file
-            raise DataError(f"{self.path}: not a readable gzip file ({e})") from e
         assert self._raw is not None
         self.bytes_read = self._raw.tell()
         self._text_bytes += got
