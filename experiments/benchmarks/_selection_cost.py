@@ -112,14 +112,14 @@ def _ratio_text(cost: dict[str, Any]) -> str:
             f"[{iv['low']:.2f}, {iv['high']:.2f}])")
 
 
-def cost_lines(cost: dict[str, Any], command: str, targets: dict[str, Any]) -> list[str]:
-    """The cost part's markdown section."""
+def cost_lines(cost: dict[str, Any], command: str, targets: dict[str, Any], on: str = "") -> list[str]:
+    """The cost part's markdown section (``on``: where it was measured, when not the file's hardware)."""
     lines: list[str] = []
     pv, pt = cost["permutation_val"], cost.get("permutation_train")
     lines += [
         f"## Cost (Criteo head-10k, {cost['fields']} fields, {cost['epochs']} epochs, side by side in one process)",
         "",
-        f"Measured by `{command}`.",
+        f"Measured by `{command}`{on}.",
         "",
         "| measurement | seconds | ratio | target |",
         "|---|---|---|---|",

@@ -466,6 +466,12 @@ def _budget_note(curve: dict[str, Any]) -> list[str]:
             "the AUKCs and k compare models under that budget.", ""]
 
 
+def _on(part: dict[str, Any], result: dict[str, Any]) -> str:
+    """" on <hardware>" where a part kept with ``--merge`` was measured on other hardware than this run."""
+    hw = part.get("hardware")
+    return f" on {hardware_text(hw)}" if hw and hw != result.get("hardware") else ""
+
+
 def _kept_rows(part: dict[str, Any]) -> str:
     """", rows of m1, m2 by `command`" for the rows a ``--merge`` run kept from earlier runs."""
     by_command: dict[str, list[str]] = {}
@@ -500,7 +506,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "",
             *(["The methods measured at this size (`--parts synthetic_large`); the others' cost there is in "
                "known-limitations.", ""] if part == "synthetic_large" else []),
-            f"Measured by `{syn.get('command', result['command'])}`{_kept_rows(syn)}. "
+            f"Measured by `{syn.get('command', result['command'])}`{_on(syn, result)}{_kept_rows(syn)}. "
             "Targets: precision@10 = 1.0 for LeAP and OutRank's combined relevance, >= 0.9 for every method.",
             "",
             "| method | precision@10 | target | Spearman vs planted strength | cost (s) | missed (seeds) |",
@@ -523,7 +529,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             "ID-like noise fields (distinct values / training rows): "
             + ", ".join(f"{n} ({v})" for n, v in trap["id_like"].items()) + ".",
             f"Target: no ID-like field in the top 10 of any learned selector. Measured by `{trap.get('command', result['command'])}`"
-            f"{_kept_rows(trap)}. The learned selectors rank ID-like fields with no signal beyond chance "
+            f"{_on(trap, result)}{_kept_rows(trap)}. The learned selectors rank ID-like fields with no signal beyond chance "
             "on the training rows last (their `id_screen`, `selection.base.screen_memorisable`); the column "
             "before it counts them in the order the method's own scores gave.",
             "",
@@ -553,7 +559,7 @@ def to_markdown(result: dict[str, Any]) -> str:
             f"{c['full']['test_auc']:.4f}, one fit {c['full']['seconds']} s. Random rankings ({c['random']['seeds']} seeds): "
             f"validation AUKC {c['random']['val_aukc']:.4f}, test AUKC {c['random']['test_aukc']:.4f} +/- "
             f"{c['random']['test_aukc_std']:.4f}. k is chosen on validation; test is read once per model. "
-            f"Measured by `{c.get('command', result['command'])}`{_kept_rows(c)}.",
+            f"Measured by `{c.get('command', result['command'])}`{_on(c, result)}{_kept_rows(c)}.",
             "",
             "| method | validation AUKC | test AUKC | above random (test AUKC - random, 95% CI paired) | "
             "smallest k within 0.001 (validation) | "
@@ -589,7 +595,7 @@ def to_markdown(result: dict[str, Any]) -> str:
                   f"{'met' if not behind and strict >= 2 else 'NOT met'} (strictly best on {strict}; behind on {behind or 'none'}).", ""]
     cost = result.get("cost")
     if cost:
-        lines += cost_lines(cost, cost.get("command", result["command"]), TARGETS)
+        lines += cost_lines(cost, cost.get("command", result["command"]), TARGETS, _on(cost, result))
     if result.get("notes"):
         lines += ["## Notes", ""] + [f"- {n}" for n in result["notes"]] + [""]
     return "\n".join(lines)
@@ -694,21 +700,22 @@ def main(argv: list[str] | None = None) -> int:
         if not new["random"]["seeds"]:
             new["random"] = old["random"]
 
+    stamp = {"command": result["command"], "hardware": result["hardware"]}  # each part names its run
     with isolated_workdir("salience-selection-") as work:
         if "synthetic" in parts:
-            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
+            result["synthetic"] = run_synthetic(rows, epochs, work, args.quick, names, seeds) | stamp
             redone.add("synthetic")
             keep_other_methods("synthetic")
             write()
         if "synthetic_large" in parts:
             result["synthetic_large"] = run_synthetic(
                 2 * rows if args.quick else args.large_rows, epochs, work, args.quick, names, seeds,
-                folder="synthetic_large") | {"command": result["command"]}
+                folder="synthetic_large") | stamp
             redone.add("synthetic_large")
             keep_other_methods("synthetic_large")
             write()
         if "trap" in parts:
-            result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds) | {"command": result["command"]}
+            result["trap"] = run_trap(trap_rows, epochs, work, args.quick, names, seeds) | stamp
             redone.add("trap")
             keep_other_methods("trap")
             write()
@@ -726,7 +733,7 @@ def main(argv: list[str] | None = None) -> int:
                 # a run of some methods merged into an earlier curve leaves that curve's plot as it was
                 result["curves"][dataset] = run_curves(dataset, work, args.quick, rseeds, names, seeds,
                                                        None if old else plot)
-                result["curves"][dataset]["command"] = result["command"]
+                result["curves"][dataset].update(stamp)
                 if old:
                     keep_other_curve_methods(dataset, old)
                 redone.add(f"curves:{dataset}")
@@ -734,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
                 write()
         if "cost" in parts:
             settings = CURVE_SETTINGS["criteo"]
-            result["cost"] = run_cost(CONFIGS / settings["config"], work, args.quick, QUICK_LIMITS) | {"command": result["command"]}
+            result["cost"] = run_cost(CONFIGS / settings["config"], work, args.quick, QUICK_LIMITS) | stamp
             redone.add("cost")
     result["complete"] = all(p in result for p in ("synthetic", "trap", "curves", "cost")) and (
         args.quick or set(result["curves"]) >= set(CURVE_SETTINGS))

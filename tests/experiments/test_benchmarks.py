@@ -75,6 +75,7 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     for m in result["synthetic"]["methods"].values():
         assert 0.0 <= m["precision_at_10"]["mean"] <= 1.0 and len(m["runs"][0]["top10"]) == 10
     assert set(result["trap"]["methods"]) == set(methods)
+    assert all(result[part]["hardware"] == result["hardware"] for part in ("synthetic", "trap", "cost"))  # each part names its machine
     assert set(result["curves"]) == set(bench.QUICK_CURVES)  # --quick: the Criteo head's curves only
     for dataset in bench.QUICK_CURVES:
         curves = result["curves"][dataset]["methods"]
