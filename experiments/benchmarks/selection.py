@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections import Counter
@@ -369,6 +370,7 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
         overrides += ["--trainer.max_epochs=1", *QUICK_LIMITS]
     recipe = Recipe(CONFIGS / s["config"], overrides, workdir=workdir / dataset, quiet=True, keep_checkpoints=False)
     cache = FitCache()
+    load_start = os.getloadavg()[0]  # other jobs on the machine inflate the ranking-cost column
     start = time.perf_counter()
     per_seed = []
     for seed in range(seeds):
@@ -418,6 +420,7 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
         "epochs": {"cap": int(cap) if cap else None, "min": min(epochs), "median": float(np.median(epochs)),
                    "max": max(epochs), "at_cap": sum(e >= int(cap) for e in epochs) if cap else 0},
         "seconds": round(time.perf_counter() - start, 1),
+        "load_average": [round(load_start, 1), round(os.getloadavg()[0], 1)],
         "full": {"val_auc": summary["full_val_auc"], "test_auc": summary["full_test_auc"],
                  "seconds": round(any_curve.full.seconds, 2), "n_features": summary["n_features"]},
         "random": {"test_aukc": summary["random_aukc_mean"], "test_aukc_std": summary["random_aukc_std"],
@@ -549,7 +552,9 @@ def to_markdown(result: dict[str, Any]) -> str:
     for dataset, c in curves.items():
         lines += [
             f"## Selection curves: {dataset} (`{c['config']}` with {' '.join(c['overrides'])}; k = {c['ks']}; "
-            f"{c['seeds']} ranking seeds; {c['fits']} fits, {c['seconds']} s)",
+            f"{c['seeds']} ranking seeds; {c['fits']} fits, {c['seconds']} s"
+            + (f"; load average {c['load_average'][0]} at the start, {c['load_average'][1]} at the end)"
+               if c.get("load_average") else ")"),
             "",
             f"![{dataset}](selection_{dataset}.png)",
             "",
