@@ -494,7 +494,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"torch {result['versions']['torch']}, torchrec {result['versions']['torchrec']}; wall time {result['seconds']} s.",
         "",
         "Every value is the mean over the ranking seeds +/- their standard deviation. A verdict says better/best "
-        "only when the difference exceeds the seed spread.",
+        "only when the 95% interval of the difference excludes zero: on a curve measured with its fits' test scores, "
+        "the AUKC difference on the same test rows over the ranking seeds; otherwise the seed spread.",
         "",
     ]
     if not result.get("complete", True):
