@@ -79,15 +79,9 @@ def aukc(ks: Sequence[int], aucs: Sequence[float]) -> float:
 
     A single point gives its AUC.
     """
-    k = np.asarray(ks, dtype=np.float64)
-    a = np.asarray(aucs, dtype=np.float64)
-    if len(k) == 0:
+    if len(ks) == 0:
         return float("nan")
-    order = np.argsort(k)
-    k, a = k[order], a[order]
-    if len(k) == 1 or k[-1] == k[0]:
-        return float(a.mean())
-    return float(np.sum((a[1:] + a[:-1]) / 2 * np.diff(k)) / (k[-1] - k[0]))
+    return float(aukc_weights(ks) @ np.asarray(aucs, dtype=np.float64))
 
 
 def aukc_weights(ks: Sequence[int]) -> np.ndarray:
@@ -138,18 +132,23 @@ class FitCache:
         self.test_labels: np.ndarray | None = None
         self.fits = 0
 
+    @staticmethod
+    def key(features: Sequence[str]) -> tuple[str, ...]:
+        """The memo key of a feature set (order-free)."""
+        return tuple(sorted(features))
+
     def points(self) -> list[CurvePoint]:
         """Every fit made so far, once each."""
         return list(self._points.values())
 
     def scores(self, features: Sequence[str]) -> np.ndarray | None:
         """The test probabilities of the fit on ``features`` (None: not kept, e.g. several processes)."""
-        return self._scores.get(tuple(sorted(features)))
+        return self._scores.get(self.key(features))
 
     def get(
         self, recipe: Recipe, features: Sequence[str], run_name: str, parent_run_id: str | None, tracking: bool
     ) -> CurvePoint:
-        key = tuple(sorted(features))
+        key = self.key(features)
         if key not in self._points:
             result = recipe.fit(features=list(features), run_name=run_name, parent_run_id=parent_run_id, tracking=tracking)
             self.fits += 1
@@ -188,7 +187,7 @@ class FitCache:
         for side, curves in ((1.0, plus), (-1.0, minus)):
             for points in curves:
                 for p, w in zip(points, aukc_weights([p.k for p in points]), strict=True):
-                    key = tuple(sorted(p.features))
+                    key = self.key(p.features)
                     weights[key] = weights.get(key, 0.0) + side * w / len(curves)
         weights = {k: w for k, w in weights.items() if abs(w) > 1e-15}
         if self.test_labels is None or len(np.unique(self.test_labels)) != 2:

@@ -389,15 +389,17 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     first = per_seed[0]
     any_curve = next(iter(first.curves.values()))
     methods: dict[str, Any] = {}
+    seed_rows = [{r["method"]: r for r in c.rows()} for c in per_seed]  # each seed's table once
     for name in [*names, *(n for n in first.curves if n not in names)]:  # ablation rows last
-        rows = [next(r for r in c.rows() if r["method"] == name) for c in per_seed if name in c.curves]
+        rows = [by_method[name] for by_method in seed_rows if name in by_method]
         if not rows:
             methods[name] = {"failed": first.failed.get(name, "no result")}
             continue
         seeded = [c for c in per_seed if name in c.curves]
+        vs_random = [r["test_aukc_vs_random"] for r in rows]
         methods[name] = {
             # per ranking seed, on the same test rows (DeLong contrast of the curves' fits)
-            "test_aukc_vs_random": seed_intervals([c.aukc_difference(name) for c in seeded]),
+            "test_aukc_vs_random": None if None in vs_random else vs_random,
             "test_aukc_vs_leap": None if name == "leap" else seed_intervals(
                 [c.aukc_difference(name, "leap") for c in seeded if "leap" in c.curves]),
             "val_aukc": _mean_std([r["val_aukc"] for r in rows]),

@@ -16,6 +16,7 @@ from recsys.data.batching import BatchDataset
 from recsys.data.encoders import EncodedData, Preprocessor
 from recsys.data.prepare import PrepareConfig, PreparedData, SplitConfig, prepare_data
 from recsys.data.readers.base import Reader
+from recsys.data.readers.spans import SPAN_BYTES
 from recsys.data.schema import Schema
 from recsys.data.streaming.batching import ResumableLoader, ShardBatchDataset, select_columns
 from recsys.data.streaming.shards import ShardSet
@@ -87,7 +88,7 @@ class CTRDataModule(pl.LightningDataModule):
         rows_per_shard: int | None = None,
         engine: Literal["local", "dask"] = "local",
         scheduler: str | None = None,
-        span_mb: int | None = 128,
+        span_mb: int | None = SPAN_BYTES >> 20,
     ) -> None:
         super().__init__()
         self.reader = reader

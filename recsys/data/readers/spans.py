@@ -23,7 +23,10 @@ from typing import BinaryIO, NamedTuple
 from recsys.data.readers.lines import is_gzip
 from recsys.data.readers.text_scan import text_counts
 
-__all__ = ["Span", "byte_spans", "count_lines"]
+__all__ = ["SPAN_BYTES", "Span", "byte_spans", "count_lines"]
+
+#: bytes per span of a large plain file (a worker's share; about 500k Criteo rows)
+SPAN_BYTES = 128 << 20
 
 _READ = 16 << 20
 

@@ -64,7 +64,7 @@ from recsys.data.raw import DataError, RawData, ReadReport
 from recsys.data.readers.base import Reader
 from recsys.data.readers.blocks import join_spans, merge_reports
 from recsys.data.readers.lines import is_gzip
-from recsys.data.readers.spans import byte_spans, count_lines
+from recsys.data.readers.spans import SPAN_BYTES, byte_spans, count_lines
 from recsys.data.schema import Schema, SchemaError
 from recsys.data.splits import (
     SPLITS,
@@ -104,8 +104,6 @@ from recsys.parallel import THREADS_VARIABLE
 
 __all__ = ["SPAN_BYTES", "dask_cache_folder", "partitions", "prepare_shards_distributed"]
 
-#: bytes per span of a large plain file (a worker's share; about 500k Criteo rows)
-SPAN_BYTES = 128 << 20
 _MARKER = ".building"  # removed by the client on an error: running tasks stop at their next chunk
 _Options = tuple[list[str] | None, list[str] | None, int | None]
 _TimeEnd = tuple[Any, str, Any, str]  # (value, file:line, cell text, "number" | "time")
