@@ -55,17 +55,25 @@ class MethodComparison:
     failed: dict[str, str] = field(default_factory=dict)
     #: the fits behind the curves, with their test scores (the paired AUKC differences)
     cache: FitCache | None = field(default=None, repr=False)
+    #: (a, b, level) -> (the curves it was computed from, the interval): each contrast ranks every
+    #: fit's test scores, so ``rows()``, ``to_markdown()`` and ``to_dict()`` share one computation
+    _differences: dict[tuple[str, str, float], tuple[tuple[SelectionCurve, ...], Interval | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
 
     def aukc_difference(self, a: str, b: str = "random", level: float = 0.95) -> Interval | None:
         """Test AUKC of method ``a`` minus method ``b``'s (``random``: the mean of the random
         rankings' curves) on the same test rows, DeLong's interval of the contrast; None when
-        the fits' test scores were not kept."""
-        if self.cache is None or a not in self.curves:
+        the fits' test scores were not kept. Kept until either curve is replaced."""
+        if self.cache is None or a not in self.curves or (b != "random" and b not in self.curves):
             return None
-        minus = list(self.curves[a].random.values()) if b == "random" else [self.curves[b].points] if b in self.curves else []
-        if not minus:
-            return None
-        return self.cache.aukc_difference([self.curves[a].points], minus, level)
+        curves: tuple[SelectionCurve, ...] = (self.curves[a],) if b == "random" else (self.curves[a], self.curves[b])
+        kept = self._differences.get((a, b, level))
+        if kept is not None and len(kept[0]) == len(curves) and all(x is y for x, y in zip(kept[0], curves)):
+            return kept[1]
+        minus = list(curves[0].random.values()) if b == "random" else [curves[1].points]
+        interval = self.cache.aukc_difference([curves[0].points], minus, level) if minus else None
+        self._differences[(a, b, level)] = (curves, interval)
+        return interval
 
     def rows(self) -> list[dict[str, Any]]:
         """One summary row per method, best validation AUKC first."""

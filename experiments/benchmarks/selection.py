@@ -177,9 +177,10 @@ class _Refused:
 
 
 def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False,
-                    validation_gates: bool = False) -> None:
+                    validation_gates: bool = False, fields: int | None = None) -> None:
     """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``, after ``leap``):
-    every other fusion of the gates with OutRank's relevance (``none``: the gates alone) and the
+    every other fusion of the gates with OutRank's relevance (``none``: the gates alone; not the
+    one LeAP's ``auto`` resolves to at ``fields`` fields, which is ``leap`` itself) and the
     ranking without demoting copies (``copies=off``), re-ranking LeAP's own fit; with
     ``regularizer``, the other regulariser, and with ``validation_gates``, gates that step on
     validation batches (one gate step per two training steps), each a fit of its own."""
@@ -190,8 +191,9 @@ def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer
     default = methods["leap"]
     if default.fusion is not LeAPFusion.NONE:  # the other fusions re-rank the same fit
         methods["leap"] = source = _Remembered(default)
+        same = {default.fusion} | ({default.resolved_fusion(fields)} if fields is not None else set())
         for fusion in LeAPFusion:
-            if fusion is not default.fusion:
+            if fusion not in same:
                 methods[f"leap[fusion={fusion.value}]"] = _Refused(source, fusion)
         if default.copy_threshold > 0:
             methods["leap[copies=off]"] = _Refused(source, default.fusion, copies=False)
@@ -202,6 +204,13 @@ def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer
     if validation_gates and default.gate_data is LeAPGateData.TRAIN:
         methods["leap[gate_data=validation]"] = LeAP(seed=seed, tracking=False, gate_data=LeAPGateData.VALIDATION,
                                                      controller_every=2)
+
+
+def _default_fusion_row(fields: int) -> str:
+    """The ablation row that would repeat ``leap`` at ``fields`` fields (its ``auto`` fusion)."""
+    from selection import LeAP
+
+    return f"leap[fusion={LeAP().resolved_fusion(fields).value}]"
 
 
 def _synthetic_recipe(rows: int, epochs: int, workdir: Path) -> Any:
@@ -272,7 +281,7 @@ def run_synthetic(rows: int, epochs: int, workdir: Path, quick: bool, names: lis
     runs: dict[str, list[dict[str, Any]]] = {}
     for seed in range(seeds):
         methods = _methods(names, quick, seed)
-        _leap_ablations(methods, seed, quick, regularizer=True)
+        _leap_ablations(methods, seed, quick, regularizer=True, fields=len(recipe.schema.names))
         for name, method in methods.items():
             print(f"[selection] synthetic: {name} (seed {seed}) ...", flush=True)
             report = method.rank(recipe)
@@ -376,7 +385,7 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
     for seed in range(seeds):
         print(f"[selection] {dataset}: ranking seed {seed}: {', '.join(names)}", flush=True)
         ranked = _methods(names, quick, seed)
-        _leap_ablations(ranked, seed, quick, validation_gates=True)
+        _leap_ablations(ranked, seed, quick, validation_gates=True, fields=len(recipe.schema.names))
         comparison = compare_methods(recipe, ranked, ks, random_seeds=range(random_seeds),
                                      tolerance=0.001, progress=False, cache=cache)
         for name, error in comparison.failed.items():
@@ -575,7 +584,10 @@ def to_markdown(result: dict[str, Any]) -> str:
             "|---|---|---|---|---|---|---|",
         ]
         ordered = sorted(c["methods"].items(), key=lambda kv: -kv[1]["test_aukc"]["mean"] if "test_aukc" in kv[1] else 1.0)
+        default_row = _default_fusion_row(c["full"]["n_features"])
         for name, m in ordered:
+            if name == default_row:  # kept from a run that ranked LeAP's default fusion twice
+                continue
             if "test_aukc" not in m:
                 lines.append(f"| {name} | failed: {m.get('failed')} | | | | | |")
                 continue

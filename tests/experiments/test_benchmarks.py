@@ -131,6 +131,21 @@ def test_selection_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
         bench.check_mergeable(bench.QUICK_CURVES[0], curve, 2, quick=True)
 
 
+def test_selection_ablations_do_not_repeat_leaps_default_fusion() -> None:
+    """The fusion ablation rows re-rank LeAP's fit under every other fusion; the one LeAP's
+    ``auto`` resolves to at the recipe's width is ``leap`` itself, so it gets no row of its own."""
+    from experiments.benchmarks import selection as bench
+    from selection import LeAP, LeAPFusion
+
+    for fields, default in ((10, LeAPFusion.RELEVANCE_HELDOUT), (100, LeAPFusion.SUM)):
+        methods: dict[str, object] = {"leap": LeAP(seed=0, tracking=False)}
+        bench._leap_ablations(methods, seed=0, quick=False, fields=fields)
+        fusions = {n.removeprefix("leap[fusion=").rstrip("]") for n in methods if n.startswith("leap[fusion=")}
+        assert fusions == {f.value for f in LeAPFusion} - {"auto", default.value}
+        assert bench._default_fusion_row(fields) == f"leap[fusion={default.value}]"
+        assert "leap[copies=off]" in methods
+
+
 def test_dims_benchmark_quick(tmp_path: Path, data_dir: Path) -> None:
     """The embedding-dims benchmark runs end to end at tiny size (numbers meaningless)."""
     from experiments.benchmarks import dims as bench
