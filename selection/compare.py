@@ -68,7 +68,7 @@ class MethodComparison:
             return None
         curves: tuple[SelectionCurve, ...] = (self.curves[a],) if b == "random" else (self.curves[a], self.curves[b])
         kept = self._differences.get((a, b, level))
-        if kept is not None and len(kept[0]) == len(curves) and all(x is y for x, y in zip(kept[0], curves)):
+        if kept is not None and all(x is y for x, y in zip(kept[0], curves, strict=True)):  # b fixes the count
             return kept[1]
         minus = list(curves[0].random.values()) if b == "random" else [curves[1].points]
         interval = self.cache.aukc_difference([curves[0].points], minus, level) if minus else None

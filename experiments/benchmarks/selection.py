@@ -177,7 +177,7 @@ class _Refused:
 
 
 def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer: bool = False,
-                    validation_gates: bool = False, fields: int | None = None) -> None:
+                    validation_gates: bool = False, *, fields: int) -> None:
     """Add LeAP's alternatives to ``methods`` as ablation rows (``leap[...]``, after ``leap``):
     every other fusion of the gates with OutRank's relevance (``none``: the gates alone; not the
     one LeAP's ``auto`` resolves to at ``fields`` fields, which is ``leap`` itself) and the
@@ -191,7 +191,7 @@ def _leap_ablations(methods: dict[str, Any], seed: int, quick: bool, regularizer
     default = methods["leap"]
     if default.fusion is not LeAPFusion.NONE:  # the other fusions re-rank the same fit
         methods["leap"] = source = _Remembered(default)
-        same = {default.fusion} | ({default.resolved_fusion(fields)} if fields is not None else set())
+        same = {default.fusion, default.resolved_fusion(fields)}
         for fusion in LeAPFusion:
             if fusion not in same:
                 methods[f"leap[fusion={fusion.value}]"] = _Refused(source, fusion)
@@ -405,10 +405,9 @@ def run_curves(dataset: str, workdir: Path, quick: bool, random_seeds: int, name
             methods[name] = {"failed": first.failed.get(name, "no result")}
             continue
         seeded = [c for c in per_seed if name in c.curves]
-        vs_random = [r["test_aukc_vs_random"] for r in rows]
         methods[name] = {
             # per ranking seed, on the same test rows (DeLong contrast of the curves' fits)
-            "test_aukc_vs_random": None if None in vs_random else vs_random,
+            "test_aukc_vs_random": seed_intervals([c.aukc_difference(name) for c in seeded]),  # kept by rows()
             "test_aukc_vs_leap": None if name == "leap" else seed_intervals(
                 [c.aukc_difference(name, "leap") for c in seeded if "leap" in c.curves]),
             "val_aukc": _mean_std([r["val_aukc"] for r in rows]),
