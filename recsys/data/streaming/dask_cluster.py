@@ -364,19 +364,20 @@ def _pass2(part: _Part, job: _Job, chunks: int, pre: Preprocessor) -> _Written:
     """Pass 2 of a partition: its compact copy encoded into its own shards."""
     _alive(job)
     encoder = _encoder(job.tag, pre)
-    writer = _PartWriter(Path(job.build), f"p{part.index:05d}", job.rows_per_shard)
     folder = Path(job.build) / "spill" / f"p{part.index:05d}"
     labels: dict[str, SplitLabels] = {name: SplitLabels() for name in SPLITS}
     stats: dict[str, EncodeStats] = {name: EncodeStats() for name in SPLITS}
     rows = 0
-    for spilled in prefetch(SpilledChunk.load(chunk_path(folder, i)) for i in range(chunks)):
-        _alive(job)
-        for (name, _), data in encode_spilled(encoder, spilled, shard_pieces(writer, rows_by_split(spilled.codes))).items():
-            writer.append(name, data)
-            labels[name].add(data.labels)
-            add_stats(stats[name], data.stats)
-        rows += len(spilled)
-    shards = writer.flush()
+    with _PartWriter(Path(job.build), f"p{part.index:05d}", job.rows_per_shard) as writer:  # its write in flight ends here
+        for spilled in prefetch(SpilledChunk.load(chunk_path(folder, i)) for i in range(chunks)):
+            _alive(job)
+            pieces = shard_pieces(writer, rows_by_split(spilled.codes))
+            for (name, _), data in encode_spilled(encoder, spilled, pieces).items():
+                writer.append(name, data)
+                labels[name].add(data.labels)
+                add_stats(stats[name], data.stats)
+            rows += len(spilled)
+        shards = writer.flush()
     shutil.rmtree(folder, ignore_errors=True)
     return _Written(part.index, rows, shards, labels, stats)
 
@@ -413,10 +414,12 @@ def _connect(client: Any, n_workers: int | None) -> Iterator[Any]:
 def _run(
     client: Any, fn: Callable[..., Any], calls: Sequence[tuple[Any, ...]], job: _Job, desc: str, progress: bool,
     total: int | None = None, weight: Callable[[Any], float] | None = None,
+    in_order: Callable[[Any], None] | None = None,
 ) -> list[Any]:
     """``fn(*args)`` for every ``calls`` entry on the cluster, results in order. On the first
     error the others stop at their next chunk; then the error of the earliest partition is
-    raised (as the worker raised it)."""
+    raised (as the worker raised it). ``in_order`` sees each result in call order as soon as it
+    and those before it are in (while later calls still run), until the first error."""
     from distributed import as_completed
 
     futures = [client.submit(fn, *args, key=f"salience-{fn.__name__.strip('_')}-{i:05d}-{job.tag}", pure=False)
@@ -424,6 +427,7 @@ def _run(
     index = {f.key: i for i, f in enumerate(futures)}
     results: list[Any] = [None] * len(futures)
     errors: dict[int, BaseException] = {}
+    done, handed = [False] * len(futures), 0  # results in; results handed to in_order
     done_weight, all_weight = 0.0, sum(weight(c) for c in calls) if weight else 0.0
     with Progress(desc, total, progress) as bar:
         try:
@@ -436,8 +440,12 @@ def _run(
                         (Path(job.build) / _MARKER).unlink(missing_ok=True)  # the others stop
                     continue
                 results[i] = fut.result()
+                done[i] = True
                 done_weight += weight(calls[i]) if weight else 0.0
                 bar.update(results[i].rows, done_weight / all_weight if all_weight else None)
+                while in_order is not None and not errors and handed < len(done) and done[handed]:
+                    in_order(results[handed])
+                    handed += 1
         except BaseException:  # Ctrl-C, a lost scheduler: stop what still runs
             (Path(job.build) / _MARKER).unlink(missing_ok=True)
             client.cancel(futures)
@@ -467,11 +475,23 @@ def _check_time_order(parts: list[_Part], counted: list[_Counted], column: str) 
         prev = last
 
 
-def _merge_fit(schema: Schema, counted: list[_Counted]) -> StreamingFit:
-    """One :class:`StreamingFit` from the partitions' counts (sorted keys merged, moments
-    combined as Chan et al.)."""
-    fit = StreamingFit(schema)
-    for c in counted:
+class _FitMerger:
+    """One :class:`StreamingFit` from the partitions' counts, merged in partition order as pass 1's
+    results come in (sorted keys merged, moments combined as Chan et al.): the client merges
+    while the workers still read, and drops each partition's counts once merged. A partition
+    of another schema than the first is left out here (the client refuses it after pass 1)."""
+
+    def __init__(self) -> None:
+        self.fit: StreamingFit | None = None
+
+    def add(self, c: _Counted) -> None:
+        if c.schema is None:
+            return
+        if self.fit is None:
+            self.fit = StreamingFit(c.schema)
+        fit = self.fit
+        if c.schema != fit.schema:
+            return
         fit.rows += c.fit_rows
         for name, (keys, counts) in c.counts.items():
             fit.counts[name].add_keys(keys, counts)
@@ -487,7 +507,7 @@ def _merge_fit(schema: Schema, counted: list[_Counted]) -> StreamingFit:
             total.mean += delta * m.n / n
             total.m2 += m.m2 + delta * delta * total.n * m.n / n
             total.n = n
-    return fit
+        c.counts, c.moments = {}, {}  # merged: the client holds one copy of the counts
 
 
 def prepare_shards_distributed(
@@ -581,8 +601,9 @@ def _build(
         timing["count_s"] = time.perf_counter() - t0
 
     t1 = time.perf_counter()
+    merger = _FitMerger()
     counted = _run(client, _pass1, [(p, job, total, off) for p, off in zip(parts, offsets)], job,
-                   "pass 1/2: reading, counting vocabularies (dask)", progress, weight=size)
+                   "pass 1/2: reading, counting vocabularies (dask)", progress, weight=size, in_order=merger.add)
     reports = join_spans([r for c in counted for r in c.reports])
     source = merge_reports(reports).source if reports else dataset
     schemas = [(p, c.schema) for p, c in zip(parts, counted) if c.schema is not None]
@@ -601,7 +622,8 @@ def _build(
         train.rows, train.positives = train.rows + c.train.rows, train.positives + c.train.positives
     train.check("train", source)
     check_unchanged(before, sources, "between the two passes")
-    pre = _merge_fit(schema, counted).result()
+    assert merger.fit is not None and merger.fit.schema == schema
+    pre = merger.fit.result()
     timing["pass1_s"] = time.perf_counter() - t1
 
     t2 = time.perf_counter()

@@ -40,6 +40,7 @@ from recsys.data.encoders import (
 )
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.token_table import TokenTable
+from recsys.jit import active, jit
 
 __all__ = ["ChunkEncoder", "DenseMoments", "StreamingFit", "TokenCounts", "column_tokens", "string_buffers", "token_keys"]
 
@@ -107,6 +108,9 @@ def token_keys(arr: pa.Array, width: int | None = None) -> tuple[np.ndarray, np.
     fits = lengths < w
     lens = np.minimum(lengths, w - 1) if width is not None else lengths
     mat = np.zeros((n, w), dtype=np.uint8)
+    if active() == "numba":
+        _fill_keys(offsets, data, lens, fits, mat)
+        return mat.view(f"S{w}").ravel(), fits
     total = int(lens.sum())
     if total:
         rows = np.repeat(np.arange(n), lens)
@@ -114,6 +118,19 @@ def token_keys(arr: pa.Array, width: int | None = None) -> tuple[np.ndarray, np.
         mat[rows, within] = data[np.repeat(offsets[:-1], lens) + within]
     mat[np.arange(n)[fits], lens[fits]] = _TERMINATOR
     return mat.view(f"S{w}").ravel(), fits
+
+
+@jit
+def _fill_keys(offsets: np.ndarray, data: np.ndarray, lens: np.ndarray, fits: np.ndarray,
+               mat: np.ndarray) -> None:  # pragma: no cover - compiled
+    """:func:`token_keys`' rows written in one pass: ``lens[i]`` bytes of token ``i`` from ``data``
+    at ``offsets[i]``, then the terminator where it fits (``mat`` is zeroed N x W)."""
+    for i in range(mat.shape[0]):
+        start, m = offsets[i], lens[i]
+        for j in range(m):
+            mat[i, j] = data[start + j]
+        if fits[i]:
+            mat[i, m] = _TERMINATOR
 
 
 def keys_to_tokens(keys: np.ndarray) -> np.ndarray:
@@ -153,14 +170,70 @@ def dictionary_tokens(tokens: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return enc.indices.to_numpy(zero_copy_only=False).astype(np.int32, copy=False), keys
 
 
+def sum_by_key(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct ``keys`` (fixed-width bytes, ``S`` dtype) with their int64 ``counts`` summed,
+    in order of first appearance. Keys of one width: equal tokens are equal bytes (see
+    :func:`token_keys`). Compiled: one hash probe per key; else ``np.unique`` (the reference)."""
+    keys = np.ascontiguousarray(keys)
+    counts = np.asarray(counts, dtype=np.int64)
+    n, w = len(keys), keys.dtype.itemsize
+    if n == 0:
+        return keys, counts
+    if active() == "numba":
+        first = np.empty(n, dtype=np.int64)
+        total = np.zeros(n, dtype=np.int64)
+        slots = np.zeros(1 << int(2 * n - 1).bit_length(), dtype=np.int64)  # load <= 1/2
+        groups = _sum_by_key_kernel(keys.view(np.uint8).reshape(n, w), counts, slots, first, total)
+        return keys[first[:groups]], total[:groups]
+    uniq, at, inverse = np.unique(keys, return_index=True, return_inverse=True)
+    total = np.zeros(len(uniq), dtype=np.int64)
+    np.add.at(total, inverse.ravel(), counts)
+    order = np.argsort(at, kind="stable")  # first appearance, as the compiled path
+    return uniq[order].astype(keys.dtype), total[order]
+
+
+@jit
+def _sum_by_key_kernel(mat: np.ndarray, counts: np.ndarray, slots: np.ndarray, first: np.ndarray,
+                       total: np.ndarray) -> int:  # pragma: no cover - compiled
+    """Open addressing over the rows of ``mat`` (N x W bytes): ``first[g]`` the first row of group
+    ``g``, ``total[g]`` its summed counts; returns the number of groups."""
+    mask = slots.shape[0] - 1
+    groups = 0
+    for i in range(mat.shape[0]):
+        h = np.uint64(14695981039346656037)  # FNV-1a
+        for b in range(mat.shape[1]):
+            h = (h ^ np.uint64(mat[i, b])) * np.uint64(1099511628211)
+        s = np.int64(h & np.uint64(mask))
+        while True:
+            g = slots[s] - 1
+            if g < 0:
+                slots[s] = groups + 1
+                first[groups] = i
+                total[groups] = counts[i]
+                groups += 1
+                break
+            r = first[g]
+            same = True
+            for b in range(mat.shape[1]):
+                if mat[r, b] != mat[i, b]:
+                    same = False
+                    break
+            if same:
+                total[g] += counts[i]
+                break
+            s = (s + 1) & mask
+    return groups
+
+
 def _widen(keys: np.ndarray, width: int) -> np.ndarray:
     return keys if keys.dtype.itemsize >= width else keys.astype(f"S{width}")
 
 
 class TokenCounts:
-    """Token counts of one feature, merged chunk by chunk (sorted keys, buffered merges)."""
+    """Token counts of one feature, merged chunk by chunk (distinct keys in no set order,
+    buffered merges by hash)."""
 
-    #: distinct tokens buffered before a merge into the sorted keys (at least; half the keys when more)
+    #: distinct tokens buffered before a merge into the keys (at least; half the keys when more)
     flush_rows = 1 << 18
 
     def __init__(self) -> None:
@@ -189,21 +262,11 @@ class TokenCounts:
     def _flush(self) -> None:
         if not self._pending:
             return
-        width = max(k.dtype.itemsize for k, _ in self._pending)
-        keys = np.concatenate([_widen(k, width) for k, _ in self._pending])
-        counts = np.concatenate([c for _, c in self._pending])
+        width = max(self.keys.dtype.itemsize, *(k.dtype.itemsize for k, _ in self._pending))
+        keys = np.concatenate([_widen(self.keys, width), *(_widen(k, width) for k, _ in self._pending)])
+        counts = np.concatenate([self.counts, *(c for _, c in self._pending)])
         self._pending, self._pending_rows = [], 0
-        uniq, inverse = np.unique(keys, return_inverse=True)
-        add = np.bincount(inverse.ravel(), weights=counts, minlength=len(uniq)).astype(np.int64)
-        width = max(width, self.keys.dtype.itemsize)
-        base, uniq = _widen(self.keys, width), _widen(uniq, width)
-        pos = np.searchsorted(base, uniq)
-        hit = pos < len(base)
-        hit[hit] = base[pos[hit]] == uniq[hit]
-        self.counts[pos[hit]] += add[hit]
-        new = ~hit
-        self.keys = np.insert(base, pos[new], uniq[new])
-        self.counts = np.insert(self.counts, pos[new], add[new])
+        self.keys, self.counts = sum_by_key(keys, counts)
 
     def __len__(self) -> int:
         self._flush()
@@ -381,9 +444,10 @@ class ChunkEncoder:
         n = len(labels)
         parts = {"all": np.arange(n)} if parts is None else parts
         offsets = {}
-        for name, (_, lengths) in sparse.items():
-            offsets[name] = np.zeros(n + 1, dtype=np.int64)
-            np.cumsum(lengths, out=offsets[name][1:])
+        for spec in self.schema.sparse:  # a multi-categorical row's ids start at its offset (the others': at the row)
+            if spec.kind is FeatureKind.MULTI_CATEGORICAL:
+                offsets[spec.name] = np.zeros(n + 1, dtype=np.int64)
+                np.cumsum(sparse[spec.name][1], out=offsets[spec.name][1:])
         out: dict[Any, EncodedData] = {}
         for part, rows in parts.items():
             rows = np.asarray(rows, dtype=np.int64)
@@ -394,8 +458,10 @@ class ChunkEncoder:
                 ids, lengths = sparse[spec.name]
                 if whole:
                     values[spec.name], lens[spec.name] = ids, lengths
-                else:
+                elif spec.name in offsets:
                     values[spec.name], lens[spec.name] = gather_jagged(ids, offsets[spec.name], lengths, rows)
+                else:  # one id per row (column_tokens)
+                    values[spec.name], lens[spec.name] = ids[rows], lengths[rows]
                 stats.oov[spec.name] = int((values[spec.name] == OOV_ID).sum())
             cols = []
             for spec in self.schema.dense:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import gzip
 import logging
+import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -15,7 +17,7 @@ from recsys.data.prepare import PrepareConfig
 from recsys.data.raw import DataError, RawData
 from recsys.data.readers import CriteoReader, TabularReader
 from recsys.data.splits import SplitConfig
-from recsys.data.streaming.dask_cluster import partitions, prepare_shards_distributed
+from recsys.data.streaming.dask_cluster import _Job, _run, partitions, prepare_shards_distributed
 from recsys.data.streaming.prepare import prepare_shards
 from recsys.data.streaming.shards import ShardSet
 from tests.recsys.data.test_readers_stream import criteo_lines
@@ -221,3 +223,29 @@ def test_spans_name_bad_rows_by_their_line_in_the_file(tmp_path: Path, client: C
     got = prepare_shards_distributed(skipping, config, client=client, span_bytes=span)
     assert got.summary["read"]["skipped_lines"] == [151, 1001] and got.summary["read"]["rows_read"] == 1198
     assert got.summary["engine"]["spans"] == 4
+
+
+@dataclass
+class _Done:
+    index: int
+    end: float
+    rows: int = 0
+
+
+def _sleep_then_time(index: int, seconds: float) -> _Done:
+    time.sleep(seconds)
+    return _Done(index, time.time())
+
+
+def test_run_hands_results_over_in_call_order_while_later_calls_run(tmp_path: Path, client: Client) -> None:
+    """Pass 1's counts are merged in partition order (the float moments' order) as they come in:
+    a result waits for those before it, and does not wait for those after it."""
+    job = _Job(str(tmp_path), SplitConfig(), (None, None, None), chunk_rows=10, rows_per_shard=10)
+    seen: list[tuple[int, float]] = []
+    calls = [(0, 0.8), (1, 0.0), (2, 0.0), (3, 3.0)]  # 1 and 2 end before 0; 3 ends last
+    results = _run(client, _sleep_then_time, calls, job, "test", False,
+                   in_order=lambda r: seen.append((r.index, time.time())))
+    assert [r.index for r in results] == [0, 1, 2, 3]
+    assert [i for i, _ in seen] == [0, 1, 2, 3]
+    assert seen[0][1] >= results[0].end and seen[1][1] >= results[0].end  # 1 waited for 0
+    assert seen[2][1] < results[3].end  # 0-2 were handed over while 3 still ran

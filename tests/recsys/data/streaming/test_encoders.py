@@ -105,6 +105,23 @@ def test_token_keys_round_trip_and_distinct() -> None:
     assert list(keys_to_tokens(sliced)) == ODD_TOKENS[3:7]
 
 
+@pytest.mark.skipif(not recsys.jit.available(), reason="numba is a dependency; this checks its key kernel")
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="ab\x00\x01\u00e9z", max_size=9), min_size=1, max_size=40),
+       st.sampled_from([None, 1, 2, 5, 12]), st.integers(0, 3))
+def test_compiled_token_keys_equal_the_numpy_ones(tokens: list[str], width: int | None, skip: int) -> None:
+    """The compiled key fill writes the reference's keys and ``fits`` to the byte, for any width
+    (truncated tokens), NUL and terminator bytes, empty tokens and a sliced array."""
+    arr = pa.array(tokens, type=pa.large_string() if skip % 2 else pa.string()).slice(min(skip, len(tokens) - 1))
+    with recsys.jit.use("numpy"):
+        want, want_fits = token_keys(arr, width)
+    with recsys.jit.use("numba"):
+        got, got_fits = token_keys(arr, width)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+    np.testing.assert_array_equal(got_fits, want_fits)
+
+
 def test_token_counts_merge_many_chunks(monkeypatch: pytest.MonkeyPatch) -> None:
     """Buffered merges of sorted keys (forced to flush every chunk) count exactly like one fit."""
     monkeypatch.setattr(TokenCounts, "flush_rows", 5)
@@ -116,6 +133,33 @@ def test_token_counts_merge_many_chunks(monkeypatch: pytest.MonkeyPatch) -> None
         counts.add(pa.array(tokens[i : i + 37].tolist(), type=pa.string()))
     for min_count in (1, 3):
         assert counts.vocabulary(min_count) == Vocabulary.fit(tokens, min_count)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.text(alphabet="ab\x00\x01\u00e9", max_size=5), st.integers(1, 2**40)), max_size=60))
+def test_sum_by_key_equals_a_counter(pairs: list[tuple[str, int]]) -> None:
+    """Counts summed per key equal a plain Counter's, in order of first appearance (as a Counter
+    keeps them), for tokens that differ by NUL bytes; the compiled path's arrays equal the
+    reference's to the byte."""
+    from collections import Counter
+
+    from recsys.data.streaming.encoders import sum_by_key
+
+    want: Counter[str] = Counter()
+    for t, c in pairs:
+        want[t] += c
+    keys, _ = token_keys(pa.array([t for t, _ in pairs], type=pa.string()))
+    counts = np.array([c for _, c in pairs], dtype=np.int64)
+    paths = ["numpy", "numba"] if recsys.jit.available() else ["numpy"]
+    got = {}
+    for path in paths:
+        with recsys.jit.use(path):  # type: ignore[arg-type]
+            got[path] = sum_by_key(keys, counts)
+        got_keys, total = got[path]
+        assert total.dtype == np.int64 and got_keys.dtype == keys.dtype
+        assert list(zip(keys_to_tokens(got_keys), total.tolist())) == list(want.items())
+    for a, b in zip(got["numpy"], got[paths[-1]]):
+        np.testing.assert_array_equal(a, b)
 
 
 def test_chunk_encoder_equals_transform() -> None:

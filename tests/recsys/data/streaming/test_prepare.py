@@ -304,3 +304,34 @@ def test_prefetch_keeps_order_errors_and_stops_early() -> None:
         if i == 3:
             break
     assert len(produced) < 10  # the producer stopped soon after the consumer did
+
+
+def test_shards_written_in_the_background_keep_their_order_and_errors(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer saves each shard on its thread while the caller goes on: the manifest lists the
+    shards in row order with their sizes and hashes, and a failed write is raised to the caller
+    and leaves no folder behind."""
+    from tests.recsys.data.shardsets import numbered, write_shards
+
+    data, pre = numbered(1000)
+    splits = {"train": data.take(np.arange(700)), "val": data.take(np.arange(700, 1000))}
+    got = write_shards(tmp_path / "ok", splits, pre, rows_per_shard=64, chunk=45)
+    got.verify(checksum=True)
+    assert [s.rows for s in got.split("train").shards] == [64] * 10 + [60]
+    assert [s.file for s in got.split("val").shards] == [f"val/{i:05d}.npz" for i in range(5)]
+    labels = np.concatenate([EncodedData.load(got.folder / s.file).labels for s in got.split("train").shards])
+    np.testing.assert_array_equal(labels, np.arange(700, dtype=np.float32))
+
+    saved = EncodedData.save
+    calls = []
+
+    def fails_on_the_third(self: EncodedData, path: Path) -> None:
+        calls.append(path)
+        if len(calls) == 3:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        saved(self, path)
+
+    monkeypatch.setattr(EncodedData, "save", fails_on_the_third)
+    with pytest.raises(OSError, match="No space left"):
+        write_shards(tmp_path / "full", splits, pre, rows_per_shard=64, chunk=45)
+    assert not (tmp_path / "full").exists() and not list(tmp_path.glob(".full.tmp*"))
