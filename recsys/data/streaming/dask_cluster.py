@@ -299,20 +299,24 @@ def _pass1(part: _Part, job: _Job, total: int | None, offset: int) -> _Counted:
     reports: dict[int, ReadReport] = {}
     first = last = None
     reader = _span_reader(part)
-    for chunk, codes in prefetch(_chunks(part, job, splitter, reader)):
-        _alive(job)
-        reports.setdefault(id(chunk.report), chunk.report)
-        if splitter is not None:
-            first, last = first or _time_end(chunk, job.split, 0), chunk
-        raw = apply_options(chunk, *job.options)
-        if fit is None or out.schema is None:
-            out.schema, fit = raw.schema, StreamingFit(raw.schema)
-        elif raw.schema != out.schema:
-            raise SchemaError(f"{chunk.report.source}: another schema than the file's first rows")
-        spilled = spill_chunk(raw.frame, out.schema, codes, fit)
-        out.train.add(spilled.labels[codes == 0])
-        spill.write(spilled)
-        out.rows += len(raw)
+    try:
+        for chunk, codes in prefetch(_chunks(part, job, splitter, reader)):
+            _alive(job)
+            reports.setdefault(id(chunk.report), chunk.report)
+            if splitter is not None:
+                first, last = first or _time_end(chunk, job.split, 0), chunk
+            raw = apply_options(chunk, *job.options)
+            if fit is None or out.schema is None:
+                out.schema, fit = raw.schema, StreamingFit(raw.schema)
+            elif raw.schema != out.schema:
+                raise SchemaError(f"{chunk.report.source}: another schema than the file's first rows")
+            spilled = spill_chunk(raw.frame, out.schema, codes, fit)
+            out.train.add(spilled.labels[codes == 0])
+            spill.write(spilled)
+            out.rows += len(raw)
+        spill.settle()  # on disk for pass 2 (maybe on another worker)
+    finally:
+        spill.stop()
     for r in reader.read_reports():  # with those of a file or span whose every row was skipped
         reports.setdefault(id(r), r)
     check_unchanged(part.before, {}, "while it was read")
@@ -322,7 +326,7 @@ def _pass1(part: _Part, job: _Job, total: int | None, offset: int) -> _Counted:
     out.bytes = sum(r.bytes_total or r.bytes_read for r in out.reports)
     if fit is not None:
         for c in fit.counts.values():
-            len(c)  # merges the pending counts into the sorted keys
+            len(c)  # merges the pending counts into the keys
         out.counts = {name: (c.keys, c.counts) for name, c in fit.counts.items()}
         out.moments, out.fit_rows = fit.moments, fit.rows
     return out

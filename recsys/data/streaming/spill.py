@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -176,7 +177,9 @@ def chunk_path(folder: Path, i: int) -> Path:
 
 
 class SpillFolder:
-    """Numbered spilled chunks in a folder that is removed on :meth:`close` (or exit)."""
+    """Numbered spilled chunks in a folder that is removed on :meth:`close` (or exit). Each chunk
+    is saved on a writer thread while the caller reads on (one in flight; its error is raised by
+    the next :meth:`write`, :meth:`settle` or the iteration)."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder
@@ -184,16 +187,39 @@ class SpillFolder:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         self.count = 0
+        self._thread: ThreadPoolExecutor | None = None
+        self._writing: Future[None] | None = None
 
     def write(self, chunk: SpilledChunk) -> None:
-        chunk.save(chunk_path(self.folder, self.count))
+        self.settle()
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="spill-writer")
+        self._writing = self._thread.submit(chunk.save, chunk_path(self.folder, self.count))
         self.count += 1
 
+    def settle(self) -> None:
+        """Wait until every chunk written is on disk."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.result()
+
     def __iter__(self) -> Iterator[SpilledChunk]:
+        self.settle()
         for i in range(self.count):
             yield SpilledChunk.load(chunk_path(self.folder, i))
 
+    def stop(self) -> None:
+        """Let the write in flight end (its error is dropped: the caller is already failing, or
+        :meth:`settle` raised it) and stop the writer's thread; the files stay."""
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            wait([writing])
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None
+
     def close(self) -> None:
+        self.stop()
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def __enter__(self) -> SpillFolder:

@@ -229,6 +229,38 @@ def test_hash_lookup_equals_the_binary_search(vocab_tokens: list[str], queries: 
     assert (lookup.map_keys(known) > 0).all() if vocab_tokens else len(lookup.map_keys(known)) == 0
 
 
+def test_spill_folder_writes_in_the_background_in_order_and_raises_a_failed_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks saved on the writer's thread come back in order; a failed save is raised to the
+    caller (by the next write, settle or read), and close removes the folder."""
+    from recsys.data.streaming.spill import SpilledChunk, SpillFolder
+
+    def chunk(i: int) -> SpilledChunk:
+        return SpilledChunk(np.zeros(3, np.int8), np.full(3, i, np.float32), {}, {}, {}, {}, {})
+
+    with SpillFolder(tmp_path / "ok") as spill:
+        for i in range(5):
+            spill.write(chunk(i))
+        assert [float(c.labels[0]) for c in spill] == [0, 1, 2, 3, 4]
+    assert not (tmp_path / "ok").exists()
+
+    saved, calls = SpilledChunk.save, []
+
+    def fails_on_the_second(self: SpilledChunk, path: Path) -> None:
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        saved(self, path)
+
+    monkeypatch.setattr(SpilledChunk, "save", fails_on_the_second)
+    with SpillFolder(tmp_path / "full") as spill:
+        spill.write(chunk(0))
+        spill.write(chunk(1))
+        with pytest.raises(OSError, match="No space left"):
+            spill.settle()
+    assert not (tmp_path / "full").exists()
+
+
 def test_spilled_chunks_come_back_as_written(tmp_path: Path) -> None:
     """The spill's raw format: every group, dtype and shape back (byte keys, N x D vectors, empty arrays)."""
     from recsys.data.streaming.spill import SpilledChunk, chunk_path
