@@ -180,9 +180,10 @@ def sum_by_key(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nda
     if n == 0:
         return keys, counts
     if active() == "numba":
-        first = np.empty(n, dtype=np.int64)
+        index = np.int32 if n < 2**31 - 1 else np.int64  # the table's memory: about 20 bytes per key
+        first = np.empty(n, dtype=index)
         total = np.zeros(n, dtype=np.int64)
-        slots = np.zeros(1 << int(2 * n - 1).bit_length(), dtype=np.int64)  # load <= 1/2
+        slots = np.zeros(1 << int(2 * n - 1).bit_length(), dtype=index)  # load <= 1/2
         groups = _sum_by_key_kernel(keys.view(np.uint8).reshape(n, w), counts, slots, first, total)
         return keys[first[:groups]], total[:groups]
     uniq, at, inverse = np.unique(keys, return_index=True, return_inverse=True)
