@@ -481,7 +481,7 @@ def _check_time_order(parts: list[_Part], counted: list[_Counted], column: str) 
 
 class _FitMerger:
     """One :class:`StreamingFit` from the partitions' counts, merged in partition order as pass 1's
-    results come in (sorted keys merged, moments combined as Chan et al.): the client merges
+    results come in (token counts summed by key, moments combined as Chan et al.): the client merges
     while the workers still read, and drops each partition's counts once merged. A partition
     of another schema than the first is left out here (the client refuses it after pass 1)."""
 
