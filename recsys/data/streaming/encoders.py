@@ -186,7 +186,8 @@ def sum_by_key(keys: np.ndarray, counts: np.ndarray) -> tuple[np.ndarray, np.nda
         total = np.zeros(n, dtype=np.int64)
         slots = np.zeros(1 << int(2 * n - 1).bit_length(), dtype=index)  # load <= 1/2
         groups = _sum_by_key_kernel(keys.view(np.uint8).reshape(n, w), counts, slots, first, total)
-        return keys[first[:groups]], total[:groups]
+        del slots  # before the distinct keys are gathered
+        return keys[first[:groups]], total[:groups].copy()  # the copy: no view holding all n counts
     uniq, at, inverse = np.unique(keys, return_index=True, return_inverse=True)
     total = np.zeros(len(uniq), dtype=np.int64)
     np.add.at(total, inverse.ravel(), counts)
@@ -267,6 +268,8 @@ class TokenCounts:
         width = max(self.keys.dtype.itemsize, *(k.dtype.itemsize for k, _ in self._pending))
         keys = np.concatenate([_widen(self.keys, width), *(_widen(k, width) for k, _ in self._pending)])
         counts = np.concatenate([self.counts, *(c for _, c in self._pending)])
+        # the old keys and counts live on in the concatenation only (memory: one copy during the merge)
+        self.keys, self.counts = np.zeros(0, dtype="S1"), np.zeros(0, dtype=np.int64)
         self._pending, self._pending_rows = [], 0
         self.keys, self.counts = sum_by_key(keys, counts)
 
