@@ -19,10 +19,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
-from typing import TypeVar
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from typing import Any, TypeVar
 
-__all__ = ["THREADS_VARIABLE", "map_ordered", "thread_count"]
+__all__ = ["THREADS_VARIABLE", "OneInFlight", "map_ordered", "thread_count"]
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -100,3 +100,43 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], threads: int | None = 
     for f in futures:
         out.extend(f.result())
     return out
+
+
+class OneInFlight:
+    """Calls run one after another on a thread of their own, at most one in flight: the caller
+    goes on while a write (which releases the GIL) runs, and a call's error is raised to the
+    caller by the next :meth:`submit` or :meth:`settle`.
+
+        writes = OneInFlight("shard-writer")
+        writes.submit(save, data, path)   # waits for the write before it
+        writes.settle()                   # every write done (its error raised)
+        writes.stop()                     # on the way out, error or not
+    """
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._thread: ThreadPoolExecutor | None = None
+        self._future: Future[Any] | None = None
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run ``fn(*args)`` on the thread once the call before it has ended."""
+        self.settle()
+        if self._thread is None:
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+        self._future = self._thread.submit(fn, *args)
+
+    def settle(self) -> None:
+        """Wait for the call in flight; raise its error."""
+        future, self._future = self._future, None
+        if future is not None:
+            future.result()
+
+    def stop(self) -> None:
+        """Let the call in flight end (its error dropped: the caller is already failing, or
+        :meth:`settle` raised it) and stop the thread."""
+        future, self._future = self._future, None
+        if future is not None:
+            wait([future])
+        if self._thread is not None:
+            self._thread.shutdown(wait=True)
+            self._thread = None

@@ -100,7 +100,7 @@ from recsys.data.streaming.shards import (
     save_preprocessor,
 )
 from recsys.data.streaming.spill import SpilledChunk, SpillFolder, chunk_path, encode_spilled, spill_chunk
-from recsys.parallel import THREADS_VARIABLE
+from recsys.parallel import THREADS_VARIABLE, OneInFlight
 
 __all__ = ["SPAN_BYTES", "dask_cache_folder", "partitions", "prepare_shards_distributed"]
 
@@ -342,6 +342,7 @@ class _PartWriter(ShardWriter):
         self.rows_per_shard = int(rows_per_shard)
         self._pending: dict[str, list[EncodedData]] = {}
         self._shards: dict[str, list[ShardInfo]] = {}
+        self._writes = OneInFlight("shard-writer")
         self._done = True
 
 

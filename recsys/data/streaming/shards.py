@@ -33,7 +33,6 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterable, Iterator, Mapping
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -45,6 +44,7 @@ import pyarrow as pa
 from recsys.artifacts import check_format_version, read_artifact, write_artifact
 from recsys.data.encoders import EncodedData, EncodeStats, Preprocessor
 from recsys.io import atomic_write_bytes, file_sha256
+from recsys.parallel import OneInFlight
 
 __all__ = ["MANIFEST", "ShardError", "ShardInfo", "ShardSet", "ShardWriter", "SplitShards", "concat_encoded",
            "load_preprocessor", "save_preprocessor"]
@@ -191,6 +191,7 @@ class ShardWriter:
         self.tmp.mkdir(parents=True)
         self._pending: dict[str, list[EncodedData]] = {}
         self._shards: dict[str, list[ShardInfo]] = {}
+        self._writes = OneInFlight("shard-writer")
         self._done = False
 
     def room(self, split: str) -> int:
@@ -217,10 +218,6 @@ class ShardWriter:
 
     #: prefix of the shard file names, ``<split>/<prefix><n>.npz`` (writers sharing one folder differ by it)
     shard_prefix = ""
-    #: the shard being written on the writer's thread (saved and hashed while the caller encodes
-    #: on): its future, and its split's list and place there
-    _writing: tuple[Future[ShardInfo], list[ShardInfo], int] | None = None
-    _thread: ThreadPoolExecutor | None = None
 
     def _write(self, split: str, data: EncodedData) -> None:
         """Save ``data`` as ``split``'s next shard on the writer's thread, once the shard before it
@@ -228,26 +225,7 @@ class ShardWriter:
         shards = self._shards[split]
         rel = f"{split}/{self.shard_prefix}{len(shards):05d}.npz"
         shards.append(ShardInfo(rel, len(data), -1, ""))  # its place; its bytes and hash once written
-        self._settle()
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="shard-writer")
-        self._writing = (self._thread.submit(_save_shard, data, self.tmp, rel), shards, len(shards) - 1)
-
-    def _settle(self) -> None:
-        """Wait for the shard in flight and record it (its error is raised here)."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            future, shards, at = writing
-            shards[at] = future.result()
-
-    def _stop(self) -> None:
-        """Let the write in flight end, then stop the writer's thread (errors left to the caller)."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            wait([writing[0]])
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
-            self._thread = None
+        self._writes.submit(_save_shard, data, self.tmp, shards, len(shards) - 1)
 
     def flush(self) -> dict[str, list[ShardInfo]]:
         """Write the partial shards; returns the shards of every split, in order."""
@@ -256,9 +234,9 @@ class ShardWriter:
                 self._write(split, concat_encoded(pending))
                 pending.clear()
         try:
-            self._settle()
+            self._writes.settle()
         finally:
-            self._stop()
+            self._writes.stop()
         return self._shards
 
     def finish(self, preprocessor: Preprocessor, summary: Mapping[str, Any] | None = None) -> ShardSet:
@@ -284,23 +262,24 @@ class ShardWriter:
 
     def abort(self) -> None:
         """Remove everything written so far (after the write in flight)."""
-        self._stop()
+        self._writes.stop()
         shutil.rmtree(self.tmp, ignore_errors=True)
 
     def __enter__(self) -> ShardWriter:
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        self._stop()
+        self._writes.stop()
         if not self._done:
             self.abort()
 
 
-def _save_shard(data: EncodedData, folder: Path, rel: str) -> ShardInfo:
-    """Write one shard as ``folder / rel``; its :class:`ShardInfo`."""
+def _save_shard(data: EncodedData, folder: Path, shards: list[ShardInfo], at: int) -> None:
+    """Write shard ``shards[at]`` in ``folder`` and record its size and SHA-256 there."""
+    rel = shards[at].file
     path = folder / rel
     data.save(path)
-    return ShardInfo(rel, len(data), path.stat().st_size, file_sha256(path))
+    shards[at] = ShardInfo(rel, len(data), path.stat().st_size, file_sha256(path))
 
 
 def save_preprocessor(preprocessor: Preprocessor, folder: Path) -> None:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ import pyarrow.compute as pc
 from recsys.data.encoders import EncodedData, dense_cells, hash_ids
 from recsys.data.schema import FeatureKind, FeatureSpec, Schema
 from recsys.data.streaming.encoders import ChunkEncoder, StreamingFit, TokenCounts, column_tokens, dictionary_tokens
-from recsys.parallel import map_ordered
+from recsys.parallel import OneInFlight, map_ordered
 
 __all__ = ["SpillFolder", "SpilledChunk", "chunk_path", "spill_chunk"]
 
@@ -187,21 +186,15 @@ class SpillFolder:
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         self.count = 0
-        self._thread: ThreadPoolExecutor | None = None
-        self._writing: Future[None] | None = None
+        self._writes = OneInFlight("spill-writer")
 
     def write(self, chunk: SpilledChunk) -> None:
-        self.settle()
-        if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="spill-writer")
-        self._writing = self._thread.submit(chunk.save, chunk_path(self.folder, self.count))
+        self._writes.submit(chunk.save, chunk_path(self.folder, self.count))
         self.count += 1
 
     def settle(self) -> None:
         """Wait until every chunk written is on disk."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            writing.result()
+        self._writes.settle()
 
     def __iter__(self) -> Iterator[SpilledChunk]:
         self.settle()
@@ -209,14 +202,9 @@ class SpillFolder:
             yield SpilledChunk.load(chunk_path(self.folder, i))
 
     def stop(self) -> None:
-        """Let the write in flight end (its error is dropped: the caller is already failing, or
+        """Let the write in flight end (its error dropped: the caller is already failing, or
         :meth:`settle` raised it) and stop the writer's thread; the files stay."""
-        writing, self._writing = self._writing, None
-        if writing is not None:
-            wait([writing])
-        if self._thread is not None:
-            self._thread.shutdown(wait=True)
-            self._thread = None
+        self._writes.stop()
 
     def close(self) -> None:
         self.stop()
